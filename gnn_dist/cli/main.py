@@ -1,0 +1,39 @@
+"""Argument parsing and the one place that turns user errors into one line and exit code 2."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from partition.errors import PartitionError
+
+
+class UsageError(Exception):
+    """A bad flag value found after parsing; reported like an argparse error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not usage + message
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gnn_dist.cli import info, partition_cmd
+
+    parser = _Parser(prog="gnn-dist", description="Distributed full-graph GNN training with cheap halo exchange.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module in (partition_cmd, info):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except (PartitionError, UsageError) as e:
+        sys.stderr.write(f"gnn-dist {args.command}: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"gnn-dist {args.command}: interrupted\n")
+        return 130

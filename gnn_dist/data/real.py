@@ -1,0 +1,117 @@
+"""Real graphs: Cora (shipped files, read by PyG's Planetoid), KarateClub and networkx classics."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+
+from gnn_dist.data.paths import cache_dir, find_data
+from partition.errors import PartitionError
+from partition.graph import Graph
+
+CORA_FILES = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
+
+
+def _from_pyg(data, name: str, num_classes: int) -> Graph:
+    src, dst = (t.numpy() for t in data.edge_index)
+    n = int(data.num_nodes)
+    masks = [getattr(data, m, None) for m in ("train_mask", "val_mask", "test_mask")]
+    masks = [np.zeros(n, bool) if m is None else m.numpy() for m in masks]
+    w = data.edge_weight.numpy() if getattr(data, "edge_weight", None) is not None else None
+    return Graph.from_edges(src, dst, n, data.x.numpy(), data.y.numpy(), *masks, edge_weight=w,
+                            name=name, num_classes=num_classes)
+
+
+def load_cora(data_dir: str | None = None) -> Graph:
+    """Cora with the public Planetoid split (140/500/1000), via torch_geometric's own loader."""
+    from torch_geometric.datasets import Planetoid
+
+    src = find_data("cora", data_dir)
+    root = cache_dir() / "planetoid"
+    raw = root / "Cora" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for suffix in CORA_FILES:
+        f = src / f"ind.cora.{suffix}"
+        if not f.is_file():
+            raise PartitionError(f"Cora file {f} is missing")
+        if not (raw / f.name).exists() or (raw / f.name).stat().st_size != f.stat().st_size:
+            shutil.copyfile(f, raw / f.name)
+    ds = Planetoid(str(root), "Cora")
+    return _from_pyg(ds[0], "cora", ds.num_classes)
+
+
+def _split_masks(n: int, seed: int, train: float = 0.6, val: float = 0.2) -> tuple[np.ndarray, ...]:
+    perm = np.random.default_rng(seed).permutation(n)
+    n_tr, n_va = int(round(train * n)), int(round(val * n))
+    masks = [np.zeros(n, bool) for _ in range(3)]
+    masks[0][perm[:n_tr]] = True
+    masks[1][perm[n_tr:n_tr + n_va]] = True
+    masks[2][perm[n_tr + n_va:]] = True
+    return tuple(masks)
+
+
+def load_karate(seed: int = 0) -> Graph:
+    """Zachary's karate club as PyG ships it (34 nodes, 4 classes); PyG's 4 train nodes, the rest split val/test."""
+    from torch_geometric.datasets import KarateClub
+
+    data = KarateClub()[0]
+    g = _from_pyg(data, "karate", 4)
+    rest = np.flatnonzero(~g.train_mask)
+    rest = np.random.default_rng(seed).permutation(rest)
+    g.val_mask[rest[: len(rest) // 2]] = True
+    g.test_mask[rest[len(rest) // 2:]] = True
+    return g
+
+
+def load_networkx(name: str, seed: int = 0) -> Graph:
+    """A networkx classic graph by generator name; labels are its greedy-modularity communities."""
+    import networkx as nx
+
+    gen = getattr(nx, name, None) or getattr(nx.generators, name, None)
+    if gen is None or not callable(gen):
+        raise PartitionError(f"networkx has no graph generator '{name}'")
+    try:
+        g = gen()
+    except TypeError:
+        raise PartitionError(f"networkx generator '{name}' needs arguments; use one that takes none") from None
+    g = nx.convert_node_labels_to_integers(nx.Graph(g))
+    n = g.number_of_nodes()
+    comms = nx.community.greedy_modularity_communities(g)
+    y = np.zeros(n, dtype=np.int64)
+    for c, members in enumerate(comms):
+        y[list(members)] = c
+    edges = np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2)
+    src = np.concatenate([edges[:, 0], edges[:, 1]])
+    dst = np.concatenate([edges[:, 1], edges[:, 0]])
+    x = np.eye(n, dtype=np.float32)
+    return Graph.from_edges(src, dst, n, x, y, *_split_masks(n, seed), name=f"nx:{name}", num_classes=len(comms))
+
+
+def load_npz(path: str) -> Graph:
+    """A graph saved as .npz: edge_index (2, E) or src/dst, x, y; optional masks and edge_weight."""
+    from pathlib import Path
+
+    f = Path(path)
+    if not f.is_file():
+        raise PartitionError(f"graph file {f} does not exist")
+    try:
+        z = np.load(f)
+    except (OSError, ValueError) as e:
+        raise PartitionError(f"graph file {f} cannot be read: {e}") from None
+    if "edge_index" in z.files:
+        src, dst = z["edge_index"]
+    elif "src" in z.files and "dst" in z.files:
+        src, dst = z["src"], z["dst"]
+    else:
+        raise PartitionError(f"graph file {f} has neither 'edge_index' nor 'src'/'dst'")
+    for key in ("x", "y"):
+        if key not in z.files:
+            raise PartitionError(f"graph file {f} lacks '{key}'")
+    x, y = z["x"], z["y"]
+    n = int(z["num_nodes"]) if "num_nodes" in z.files else x.shape[0]
+    if "train_mask" in z.files:
+        masks = tuple(z[m] if m in z.files else np.zeros(n, bool) for m in ("train_mask", "val_mask", "test_mask"))
+    else:
+        masks = _split_masks(n, 0)
+    w = z["edge_weight"] if "edge_weight" in z.files else None
+    return Graph.from_edges(src, dst, n, x, y, *masks, edge_weight=w, name=f.stem)

@@ -1,0 +1,127 @@
+"""Turn a node -> part assignment into per-part local graphs and halo plans (DESIGN sec. 2).
+
+Local order of one part: [inner central | inner marginal | halo by owner].
+Halo rows from owner q are sorted by q's local id, which is exactly the order
+q sends them in, so the all-to-all receive buffer is the halo block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from partition.graph import Graph
+
+
+@dataclass
+class PartPlan:
+    """Everything one rank needs, in local ids; the arrays are written as-is to part-K/."""
+
+    part: int
+    global_ids: np.ndarray  # int64 [n_inner + n_halo], local -> global
+    num_inner: int
+    num_central: int
+    indptr: np.ndarray  # int64 [n_inner + 1], rows = inner destinations
+    indices: np.ndarray  # int64 [E_local], local source ids (inner or halo)
+    edge_weight: np.ndarray | None  # float32 [E_local] raw weights, None = all ones
+    in_degree: np.ndarray  # int64 [n_local], global in-degree of each local row
+    out_degree: np.ndarray  # int64 [n_local]
+    in_weight: np.ndarray  # float64 [n_local], global weighted in-degree
+    x: np.ndarray  # float32 [n_inner, F]
+    y: np.ndarray  # int64 [n_inner]
+    train_mask: np.ndarray
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    send_idx: np.ndarray  # int64, local ids of inner rows sent, grouped by destination part
+    send_counts: np.ndarray  # int64 [P]
+    recv_counts: np.ndarray  # int64 [P]
+
+    @property
+    def num_halo(self) -> int:
+        return int(self.global_ids.shape[0] - self.num_inner)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+
+def local_order(graph: Graph, parts: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Local id of every node inside its owner, plus the marginal flags and the cross-edge mask."""
+    src, dst = graph.edge_index()
+    cross = parts[src] != parts[dst]
+    marginal = np.zeros(graph.num_nodes, dtype=bool)
+    marginal[dst[cross]] = True
+    gid = np.arange(graph.num_nodes, dtype=np.int64)
+    order = np.lexsort((gid, marginal, parts))
+    starts = np.zeros(num_parts + 1, dtype=np.int64)
+    np.cumsum(np.bincount(parts, minlength=num_parts), out=starts[1:])
+    local_id = np.empty(graph.num_nodes, dtype=np.int64)
+    local_id[order] = np.arange(graph.num_nodes, dtype=np.int64) - starts[parts[order]]
+    return local_id, marginal, cross
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenate arange(s, s + c) for every (s, c) without a Python loop."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return np.arange(total, dtype=np.int64) + offsets
+
+
+def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
+    """Yield one PartPlan per part (a generator, so only one part's arrays live at a time)."""
+    parts = np.asarray(parts, dtype=np.int64)
+    local_id, marginal, cross = local_order(graph, parts, num_parts)
+    src, dst = graph.edge_index()
+    in_deg, out_deg, in_w = graph.in_degree(), graph.out_degree(), graph.weighted_in_degree()
+
+    # halo[p]: remote sources of p's inner nodes, grouped by owner, in owner's local order
+    keys = np.unique(parts[dst[cross]] * graph.num_nodes + src[cross])
+    need_part, need_node = keys // graph.num_nodes, keys % graph.num_nodes
+    order = np.lexsort((local_id[need_node], parts[need_node], need_part))
+    need_part, need_node = need_part[order], need_node[order]
+    bounds = np.searchsorted(need_part, np.arange(num_parts + 1))
+    halo = [need_node[bounds[p]:bounds[p + 1]] for p in range(num_parts)]
+
+    for p in range(num_parts):
+        inner = np.flatnonzero(parts == p)
+        inner = inner[np.argsort(local_id[inner], kind="stable")]
+        n_inner = inner.shape[0]
+        num_central = int(n_inner - marginal[inner].sum())
+        h = halo[p]
+        glob = np.concatenate([inner, h])
+
+        counts = np.diff(graph.indptr)[inner]
+        eids = _ranges(graph.indptr[inner], counts)
+        srcs = graph.indices[eids]
+        local_src = np.empty_like(srcs)
+        own = parts[srcs] == p
+        local_src[own] = local_id[srcs[own]]
+        h_sorted = np.argsort(h, kind="stable")
+        local_src[~own] = n_inner + h_sorted[np.searchsorted(h, srcs[~own], sorter=h_sorted)]
+        indptr = np.zeros(n_inner + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+
+        send_lists = [local_id[halo[r][parts[halo[r]] == p]] for r in range(num_parts)]
+        recv_counts = np.bincount(parts[h], minlength=num_parts).astype(np.int64)
+        yield PartPlan(
+            part=p,
+            global_ids=glob,
+            num_inner=int(n_inner),
+            num_central=num_central,
+            indptr=indptr,
+            indices=local_src,
+            edge_weight=None if graph.edge_weight is None else graph.edge_weight[eids],
+            in_degree=in_deg[glob],
+            out_degree=out_deg[glob],
+            in_weight=in_w[glob],
+            x=graph.x[inner],
+            y=graph.y[inner],
+            train_mask=graph.train_mask[inner],
+            val_mask=graph.val_mask[inner],
+            test_mask=graph.test_mask[inner],
+            send_idx=np.concatenate(send_lists).astype(np.int64) if send_lists else np.zeros(0, np.int64),
+            send_counts=np.array([s.shape[0] for s in send_lists], dtype=np.int64),
+            recv_counts=recv_counts,
+        )

@@ -1,0 +1,142 @@
+"""The torch-free graph container every loader produces and the partitioner consumes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from partition.errors import PartitionError
+
+
+@dataclass
+class Graph:
+    """A directed graph stored by destination: row ``v`` of the CSR lists v's in-neighbours.
+
+    Storing in-edges by destination is what message passing reads (a node
+    aggregates from its sources), and it is the layout of every local part.
+    Edge ``e`` goes ``indices[e] -> row(e)``, the PyG ``edge_index`` convention
+    ``(source, target)``.
+    """
+
+    indptr: np.ndarray  # int64 [N + 1]
+    indices: np.ndarray  # int64 [E], source node of each in-edge
+    x: np.ndarray  # float32 [N, F]
+    y: np.ndarray  # int64 [N]; -1 marks an unlabelled node
+    train_mask: np.ndarray  # bool [N]
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    edge_weight: np.ndarray | None = None  # float32 [E] or None (all ones)
+    name: str = "graph"
+    num_classes: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        self.indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)
+        self.indices = np.ascontiguousarray(self.indices, dtype=np.int64)
+        self.x = np.ascontiguousarray(self.x, dtype=np.float32)
+        self.y = np.ascontiguousarray(self.y, dtype=np.int64)
+        for m in ("train_mask", "val_mask", "test_mask"):
+            setattr(self, m, np.ascontiguousarray(getattr(self, m), dtype=bool))
+        if self.edge_weight is not None:
+            self.edge_weight = np.ascontiguousarray(self.edge_weight, dtype=np.float32)
+        if not self.num_classes:
+            self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+        self.validate()
+
+    # ----------------------------------------------------------------- shape
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    def edge_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """(source, target) arrays in CSR order."""
+        dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))
+        return self.indices, dst
+
+    def weights(self) -> np.ndarray:
+        if self.edge_weight is None:
+            return np.ones(self.num_edges, dtype=np.float32)
+        return self.edge_weight
+
+    def in_degree(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def out_degree(self) -> np.ndarray:
+        return np.bincount(self.indices, minlength=self.num_nodes).astype(np.int64)
+
+    def weighted_in_degree(self) -> np.ndarray:
+        dst = np.repeat(np.arange(self.num_nodes), np.diff(self.indptr))
+        return np.bincount(dst, weights=self.weights(), minlength=self.num_nodes).astype(np.float64)
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def from_edges(
+        cls,
+        src: np.ndarray,
+        dst: np.ndarray,
+        num_nodes: int,
+        x: np.ndarray,
+        y: np.ndarray,
+        train_mask: np.ndarray,
+        val_mask: np.ndarray,
+        test_mask: np.ndarray,
+        edge_weight: np.ndarray | None = None,
+        name: str = "graph",
+        num_classes: int = 0,
+    ) -> "Graph":
+        """Build from an edge list; rejects out-of-range ids before anything is sorted."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if src.shape != dst.shape or src.ndim != 1:
+            raise PartitionError(f"edge list: source and target arrays differ in shape {src.shape} vs {dst.shape}")
+        _check_ids(src, num_nodes, "edge source")
+        _check_ids(dst, num_nodes, "edge target")
+        order = np.lexsort((src, dst))
+        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
+        ew = None if edge_weight is None else np.asarray(edge_weight, dtype=np.float32)[order]
+        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes)
+
+    # ---------------------------------------------------------- validation
+    def validate(self) -> None:
+        """Fail with one line naming the first problem: bad data must not reach a partition."""
+        n = self.num_nodes
+        if self.indptr.ndim != 1 or n < 0 or self.indptr[0] != 0:
+            raise PartitionError(f"graph {self.name}: indptr must be 1-D and start at 0")
+        if np.any(np.diff(self.indptr) < 0) or self.indptr[-1] != self.indices.shape[0]:
+            raise PartitionError(f"graph {self.name}: indptr is not monotone or does not end at the edge count")
+        _check_ids(self.indices, n, f"graph {self.name}: edge source")
+        if self.x.ndim != 2 or self.x.shape[0] != n:
+            raise PartitionError(f"graph {self.name}: features have shape {self.x.shape}, expected ({n}, F)")
+        if not np.isfinite(self.x).all():
+            bad = int(np.argwhere(~np.isfinite(self.x))[0, 0])
+            raise PartitionError(f"graph {self.name}: features contain NaN or inf (first at node {bad})")
+        if self.y.shape != (n,):
+            raise PartitionError(f"graph {self.name}: labels have shape {self.y.shape}, expected ({n},)")
+        if self.y.size and (self.y.min() < -1 or (self.num_classes and self.y.max() >= self.num_classes)):
+            raise PartitionError(f"graph {self.name}: labels outside [-1, {self.num_classes})")
+        for m in ("train_mask", "val_mask", "test_mask"):
+            if getattr(self, m).shape != (n,):
+                raise PartitionError(f"graph {self.name}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
+        if self.edge_weight is not None:
+            if self.edge_weight.shape != self.indices.shape:
+                raise PartitionError(f"graph {self.name}: edge_weight has {self.edge_weight.shape[0]} entries for {self.num_edges} edges")
+            if not np.isfinite(self.edge_weight).all():
+                raise PartitionError(f"graph {self.name}: edge weights contain NaN or inf")
+
+
+def _check_ids(ids: np.ndarray, num_nodes: int, what: str) -> None:
+    if ids.size == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0:
+        raise PartitionError(f"{what} id {lo} is negative")
+    if hi >= num_nodes:
+        raise PartitionError(f"{what} id {hi} is out of range for {num_nodes} nodes")

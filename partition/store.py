@@ -1,0 +1,202 @@
+"""The on-disk partition directory (DESIGN sec. 3): atomic, checksummed, memory-mappable.
+
+A partition is written into a staging folder beside OUT and renamed into place
+only when complete, so an interrupted run never leaves a half-written OUT and
+an existing one is replaced only by a whole new one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from partition.build import PartPlan
+from partition.errors import PartitionError
+
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+PART_FILES = ("graph.npz", "nodes.npz", "features.npy", "labels.npy", "masks.npz", "halo.npz")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _save(path: Path, writer) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        writer(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _write_part(folder: Path, plan: PartPlan) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    graph = {"indptr": plan.indptr, "indices": plan.indices}
+    if plan.edge_weight is not None:
+        graph["edge_weight"] = plan.edge_weight
+    _save(folder / "graph.npz", lambda f: np.savez(f, **graph))
+    _save(folder / "nodes.npz", lambda f: np.savez(
+        f, global_ids=plan.global_ids, num_inner=np.int64(plan.num_inner), num_central=np.int64(plan.num_central),
+        in_degree=plan.in_degree, out_degree=plan.out_degree, in_weight=plan.in_weight))
+    _save(folder / "features.npy", lambda f: np.save(f, np.ascontiguousarray(plan.x, dtype=np.float32)))
+    _save(folder / "labels.npy", lambda f: np.save(f, plan.y))
+    _save(folder / "masks.npz", lambda f: np.savez(f, train=plan.train_mask, val=plan.val_mask, test=plan.test_mask))
+    _save(folder / "halo.npz", lambda f: np.savez(
+        f, send_idx=plan.send_idx, send_counts=plan.send_counts, recv_counts=plan.recv_counts))
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    """Refuse to replace a non-empty OUT unless asked: a partition can take hours to make."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise PartitionError(f"output directory {out} exists and is not empty (use --force to replace it)")
+
+
+def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: Iterable[PartPlan],
+                    force: bool = False, on_part=None, summarize=None) -> dict:
+    """Write every part, then partition.json with checksums; returns the metadata written.
+
+    `summarize(rows)` may add whole-partition figures (e.g. stats) to the metadata
+    once the per-part rows are known.
+    """
+    out = Path(out)
+    check_out_dir(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        _save(stage / "node_map.npy", lambda f: np.save(f, node_map.astype(np.int32)))
+        checksums = {"node_map.npy": sha256_file(stage / "node_map.npy")}
+        rows = []
+        for plan in plans:
+            folder = stage / f"part-{plan.part}"
+            _write_part(folder, plan)
+            for name in PART_FILES:
+                checksums[f"part-{plan.part}/{name}"] = sha256_file(folder / name)
+            rows.append({"inner": plan.num_inner, "halo": plan.num_halo, "central": plan.num_central,
+                         "edges": plan.num_edges})
+            if on_part is not None:
+                on_part(plan)
+        meta = dict(meta, format_version=FORMAT_VERSION, parts=rows, sha256=checksums)
+        if summarize is not None:
+            meta.update(summarize(rows))
+        _save(stage / "partition.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
+        if out.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, trash / "old")
+            os.replace(stage, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return meta
+
+
+def read_meta(path: str | Path) -> dict:
+    """partition.json, after checking it exists, parses and has a version this reader knows."""
+    path = Path(path)
+    meta_file = path / "partition.json"
+    if not path.is_dir():
+        raise PartitionError(f"partition directory {path} does not exist")
+    if not meta_file.is_file():
+        raise PartitionError(f"{path} is not a partition directory (no partition.json)")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PartitionError(f"{meta_file} is corrupt: {e}") from None
+    version = meta.get("format_version")
+    if version not in SUPPORTED_VERSIONS:
+        raise PartitionError(f"{meta_file}: unknown format version {version!r} (this reader knows {SUPPORTED_VERSIONS})")
+    for key in ("num_parts", "num_nodes", "parts", "sha256"):
+        if key not in meta:
+            raise PartitionError(f"{meta_file} lacks the field '{key}'")
+    return meta
+
+
+def verify_files(path: Path, meta: dict, names: Iterable[str]) -> None:
+    for name in names:
+        f = path / name
+        expected = meta["sha256"].get(name)
+        if expected is None:
+            raise PartitionError(f"{path}/partition.json has no checksum for {name}")
+        if not f.is_file():
+            raise PartitionError(f"partition file {f} is missing")
+        if sha256_file(f) != expected:
+            raise PartitionError(f"partition file {f} fails its checksum (truncated or edited)")
+
+
+def verify_partition(path: str | Path) -> dict:
+    """Check every file of the directory against partition.json."""
+    path = Path(path)
+    meta = read_meta(path)
+    verify_files(path, meta, meta["sha256"].keys())
+    return meta
+
+
+def read_part(path: str | Path, part: int, meta: dict | None = None, verify: bool = True) -> PartPlan:
+    """Load part K as numpy arrays (features memory-mapped)."""
+    path = Path(path)
+    meta = meta or read_meta(path)
+    if not 0 <= part < meta["num_parts"]:
+        raise PartitionError(f"part {part} does not exist in {path} ({meta['num_parts']} parts)")
+    names = [f"part-{part}/{n}" for n in PART_FILES]
+    if verify:
+        verify_files(path, meta, names)
+    folder = path / f"part-{part}"
+    try:
+        g = np.load(folder / "graph.npz")
+        nodes = np.load(folder / "nodes.npz")
+        masks = np.load(folder / "masks.npz")
+        halo = np.load(folder / "halo.npz")
+        plan = PartPlan(
+            part=part,
+            global_ids=nodes["global_ids"],
+            num_inner=int(nodes["num_inner"]),
+            num_central=int(nodes["num_central"]),
+            indptr=g["indptr"],
+            indices=g["indices"],
+            edge_weight=g["edge_weight"] if "edge_weight" in g.files else None,
+            in_degree=nodes["in_degree"],
+            out_degree=nodes["out_degree"],
+            in_weight=nodes["in_weight"],
+            x=np.load(folder / "features.npy", mmap_mode="r"),
+            y=np.load(folder / "labels.npy"),
+            train_mask=masks["train"],
+            val_mask=masks["val"],
+            test_mask=masks["test"],
+            send_idx=halo["send_idx"],
+            send_counts=halo["send_counts"],
+            recv_counts=halo["recv_counts"],
+        )
+    except (OSError, KeyError, ValueError) as e:
+        raise PartitionError(f"partition part {folder} cannot be read: {e}") from None
+    _check_plan(plan, meta, folder)
+    return plan
+
+
+def _check_plan(plan: PartPlan, meta: dict, folder: Path) -> None:
+    """Cheap consistency checks that catch a part copied from another partition."""
+    p = meta["num_parts"]
+    n_local = plan.global_ids.shape[0]
+    if plan.send_counts.shape != (p,) or plan.recv_counts.shape != (p,):
+        raise PartitionError(f"{folder}/halo.npz has plans for {plan.send_counts.shape[0]} parts, partition has {p}")
+    if plan.recv_counts.sum() != plan.num_halo or plan.indptr.shape[0] != plan.num_inner + 1:
+        raise PartitionError(f"{folder}: halo or row counts do not match nodes.npz")
+    if plan.indices.size and (plan.indices.min() < 0 or plan.indices.max() >= n_local):
+        raise PartitionError(f"{folder}/graph.npz: local source id out of range for {n_local} local rows")
+    if plan.x.shape[0] != plan.num_inner or plan.y.shape[0] != plan.num_inner:
+        raise PartitionError(f"{folder}: features or labels do not match {plan.num_inner} inner nodes")
+    if plan.num_inner != meta["parts"][plan.part]["inner"]:
+        raise PartitionError(f"{folder}: {plan.num_inner} inner nodes, partition.json says {meta['parts'][plan.part]['inner']}")

@@ -1,0 +1,38 @@
+"""Shared fixtures: small graphs made once per session, and a CLI runner."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m gnn_dist ARGS` as a user would, capturing both streams."""
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "gnn_dist", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=timeout, env=e)
+
+
+@pytest.fixture(scope="session")
+def cora():
+    from gnn_dist.data import load_dataset
+
+    return load_dataset("cora")
+
+
+@pytest.fixture(scope="session")
+def small_sbm():
+    from gnn_dist.data import load_dataset
+
+    return load_dataset("sbm:nodes=3000,classes=6,avg_degree=8,homophily=0.8,features=16,seed=3")
+
+
+def write_npz_graph(path: Path, src, dst, x, y, **extra) -> Path:
+    np.savez(path, src=np.asarray(src), dst=np.asarray(dst), x=np.asarray(x), y=np.asarray(y), **extra)
+    return path
