@@ -32,7 +32,7 @@ def test_info_prints_the_same_table(cora_dir):
 
 
 def test_help_on_every_subcommand():
-    for cmd in ("partition", "info"):
+    for cmd in ("partition", "info", "train"):
         r = run_cli(cmd, "--help")
         assert r.returncode == 0 and "usage" in r.stdout
 

@@ -18,20 +18,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gnn_dist.cli import info, partition_cmd
+    from gnn_dist.cli import info, partition_cmd, train
 
     parser = _Parser(prog="gnn-dist", description="Distributed full-graph GNN training with cheap halo exchange.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in (partition_cmd, info):
+    for module in (partition_cmd, train, info):
         module.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gnn_dist.launch import LaunchError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except (PartitionError, UsageError) as e:
+    except (PartitionError, UsageError, LaunchError) as e:
         sys.stderr.write(f"gnn-dist {args.command}: error: {e}\n")
         return 2
     except KeyboardInterrupt:

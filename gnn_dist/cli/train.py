@@ -1,0 +1,97 @@
+"""`gnn-dist train`: run under `mpiexec -n P` (or torchrun) on a partition directory."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gnn_dist.cli.main import UsageError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train a GNN on a partition (launch with mpiexec -n P)",
+                       description="Full-graph training on P ranks: mpiexec -n P gnn-dist train --partition DIR ...")
+    p.add_argument("--partition", required=True, help="partition directory from `gnn-dist partition`")
+    p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat", "gin"])
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--heads", type=int, default=8, help="attention heads of hidden GAT layers (default 8)")
+    p.add_argument("--epochs", type=int, default=200)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    p.add_argument("--seed", type=int, default=0, help="model and dropout seed (rank 0's value is used everywhere)")
+    p.add_argument("--normalize-features", action="store_true", help="row-normalise input features")
+    p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
+    p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (0: only at the end)")
+    p.add_argument("--log", default=None, help="append per-epoch metrics as JSON lines to this file (rank 0)")
+    p.add_argument("--checkpoint-dir", default=None, help="where checkpoint.pt is written (rank 0, atomically)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every K epochs (0: never)")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir/checkpoint.pt if present")
+    p.add_argument("--save-model", default=None, help="write the trained state_dict here (rank 0)")
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
+    p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
+    p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def check_args(a: argparse.Namespace) -> None:
+    rules = [
+        (a.layers >= 1, f"--layers must be >= 1, got {a.layers}"),
+        (a.hidden >= 1, f"--hidden must be >= 1, got {a.hidden}"),
+        (a.heads >= 1, f"--heads must be >= 1, got {a.heads}"),
+        (a.epochs >= 1, f"--epochs must be >= 1, got {a.epochs}"),
+        (a.lr > 0, f"--lr must be > 0, got {a.lr}"),
+        (a.weight_decay >= 0, f"--weight-decay must be >= 0, got {a.weight_decay}"),
+        (0 <= a.dropout < 1, f"--dropout must be in [0, 1), got {a.dropout}"),
+        (a.eval_every >= 0 and a.checkpoint_every >= 0, "--eval-every and --checkpoint-every must be >= 0"),
+        (a.timeout > 0, f"--timeout must be > 0, got {a.timeout}"),
+        (not (a.checkpoint_every or a.resume) or a.checkpoint_dir, "--checkpoint-every/--resume need --checkpoint-dir"),
+    ]
+    for ok, msg in rules:
+        if not ok:
+            raise UsageError(msg)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_args(args)
+    from partition.store import read_meta
+
+    meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
+
+    import torch
+
+    from gnn_dist.launch import init
+    from gnn_dist.loader import load_partition
+    from gnn_dist.nn import build_model
+    from gnn_dist.trainer import Trainer
+
+    ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
+    graph = load_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify)
+    if args.normalize_features:
+        graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1)
+    torch.manual_seed(args.seed)
+    model = build_model(args.model, graph.num_features, args.hidden, graph.num_classes, args.layers,
+                        args.dropout, args.heads)
+    try:
+        trainer = Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
+                          seed=args.seed, log_path=args.log, checkpoint_dir=args.checkpoint_dir,
+                          checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
+                          progress=not args.quiet)
+        final = trainer.fit(args.epochs, resume=args.resume)
+    except RuntimeError as e:  # a collective broke: name the lost rank if the watchdog can
+        if ctx.watchdog is not None:
+            ctx.watchdog.blame()
+        ctx.fail(f"collective failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    if ctx.is_main:
+        if args.save_model:
+            from gnn_dist.checkpoint import save_atomic
+
+            save_atomic({"model": model.state_dict(), "args": vars(args) | {"run": None}}, args.save_model)
+        print(f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f} | "
+              f"train acc {final['train_acc']:.4f} | val acc {final['val_acc']:.4f} | test acc {final['test_acc']:.4f}")
+        sys.stdout.flush()
+    ctx.close()
+    return 0

@@ -1,0 +1,167 @@
+"""LocalGraph: one part as torch tensors, or a whole graph in one process (DESIGN sec. 2).
+
+Layers see only this object. A single-process graph is a LocalGraph with no
+halo and no exchange, so a layer runs unchanged on both. Sparse operators
+(normalised adjacency split into central and marginal rows, with transposes
+for backward) are derived once and cached here.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from gnn_dist.exchange import HaloExchange
+from partition.build import PartPlan, build_parts
+from partition.graph import Graph
+
+NORMS = ("none", "raw", "mean", "gcn")
+
+
+@dataclass
+class SplitOperator:
+    """A = [A_central; A_marginal] and transposes; central rows read inner columns only."""
+
+    central: torch.Tensor  # CSR [num_central, num_inner]
+    central_t: torch.Tensor
+    marginal: torch.Tensor  # CSR [num_marginal, num_src]
+    marginal_t: torch.Tensor
+
+
+def _to_torch_csr(m: sp.csr_matrix, device) -> torch.Tensor:
+    m = m.tocsr()
+    m.sort_indices()
+    with warnings.catch_warnings():  # torch flags CSR as beta on every construction
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(m.indptr.astype(np.int64)), torch.from_numpy(m.indices.astype(np.int64)),
+            torch.from_numpy(m.data.astype(np.float32)), size=m.shape, device=device, check_invariants=False)
+
+
+@dataclass
+class LocalGraph:
+    indptr: np.ndarray  # [num_inner + 1], rows = inner destinations
+    indices: np.ndarray  # local source ids, < num_src
+    edge_weight: np.ndarray | None
+    num_inner: int
+    num_central: int
+    num_src: int
+    in_degree: np.ndarray  # global counts, every local row
+    in_weight: np.ndarray  # global weighted in-degree, every local row
+    global_ids: np.ndarray
+    x: torch.Tensor
+    y: torch.Tensor
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+    num_classes: int
+    exchange: HaloExchange | None = None
+    overlap: bool = True
+    device: torch.device = torch.device("cpu")
+    part: int = 0
+    num_parts: int = 1
+    _ops: dict = field(default_factory=dict, repr=False)
+    _edges: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def from_plan(cls, plan: PartPlan, num_classes: int, num_parts: int, exchange: HaloExchange | None,
+                  device: torch.device = torch.device("cpu"), overlap: bool = True) -> "LocalGraph":
+        return cls(
+            indptr=plan.indptr, indices=plan.indices, edge_weight=plan.edge_weight,
+            num_inner=plan.num_inner, num_central=plan.num_central, num_src=int(plan.global_ids.shape[0]),
+            in_degree=plan.in_degree, in_weight=plan.in_weight, global_ids=plan.global_ids,
+            x=torch.from_numpy(np.array(plan.x, dtype=np.float32)).to(device),
+            y=torch.from_numpy(plan.y).to(device),
+            train_mask=torch.from_numpy(plan.train_mask).to(device),
+            val_mask=torch.from_numpy(plan.val_mask).to(device),
+            test_mask=torch.from_numpy(plan.test_mask).to(device),
+            num_classes=num_classes, exchange=exchange, overlap=overlap, device=device,
+            part=plan.part, num_parts=num_parts)
+
+    @classmethod
+    def from_graph(cls, graph: Graph, device: torch.device = torch.device("cpu")) -> "LocalGraph":
+        """The whole graph in one process: every node inner and central, no exchange."""
+        plan = next(build_parts(graph, np.zeros(graph.num_nodes, dtype=np.int32), 1))
+        return cls.from_plan(plan, graph.num_classes, 1, None, device)
+
+    @classmethod
+    def from_pyg(cls, data, device: torch.device = torch.device("cpu")) -> "LocalGraph":
+        """A PyG `Data` object in one process (labels and masks optional)."""
+        n = int(data.num_nodes)
+        zeros = np.zeros(n, dtype=bool)
+        mask = lambda name: getattr(data, name).numpy() if getattr(data, name, None) is not None else zeros
+        y = data.y.numpy() if getattr(data, "y", None) is not None else np.full(n, -1)
+        w = data.edge_weight.numpy() if getattr(data, "edge_weight", None) is not None else None
+        g = Graph.from_edges(data.edge_index[0].numpy(), data.edge_index[1].numpy(), n, data.x.numpy(), y,
+                             mask("train_mask"), mask("val_mask"), mask("test_mask"), edge_weight=w)
+        return cls.from_graph(g, device)
+
+    # ------------------------------------------------------------- derived
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def has_halo_exchange(self) -> bool:
+        return self.exchange is not None
+
+    def _values(self, norm: str) -> np.ndarray:
+        w = self.edge_weight if self.edge_weight is not None else np.ones(self.num_edges, np.float32)
+        rows = np.repeat(np.arange(self.num_inner), np.diff(self.indptr))
+        if norm == "none":
+            return np.ones(self.num_edges, np.float64)
+        if norm == "raw":
+            return w.astype(np.float64)
+        if norm == "mean":
+            deg = np.maximum(self.in_degree[: self.num_inner], 1)
+            return 1.0 / deg[rows]
+        if norm == "gcn":  # D^-1/2 (A + I) D^-1/2 with global weighted in-degree + self loop
+            dinv = 1.0 / np.sqrt(self.in_weight + 1.0)
+            return w * dinv[self.indices] * dinv[rows]
+        raise ValueError(f"unknown normalisation '{norm}' (choose from {', '.join(NORMS)})")
+
+    def operator(self, norm: str) -> SplitOperator:
+        """Sparse aggregation matrix for a normalisation, split at the central/marginal boundary."""
+        if norm not in self._ops:
+            a = sp.csr_matrix((self._values(norm), self.indices, self.indptr), shape=(self.num_inner, self.num_src))
+            if norm == "gcn":
+                diag = 1.0 / (self.in_weight[: self.num_inner] + 1.0)
+                a = a + sp.csr_matrix((diag, (np.arange(self.num_inner), np.arange(self.num_inner))), shape=a.shape)
+            c = a[: self.num_central, : self.num_inner]
+            m = a[self.num_central:]
+            self._ops[norm] = SplitOperator(*(_to_torch_csr(t, self.device) for t in (c, c.T.tocsr(), m, m.T.tocsr())))
+        return self._ops[norm]
+
+    def edges(self, self_loops: bool = False) -> dict:
+        """Edge lists (dst row, src col, weight) of central and marginal rows, for per-edge messages.
+
+        With `self_loops`, existing loops are dropped and one unit loop per inner
+        node is added (PyG's remove + add_self_loops), placed in its row's block.
+        """
+        if self_loops not in self._edges:
+            rows = np.repeat(np.arange(self.num_inner), np.diff(self.indptr))
+            cols = self.indices
+            w = self.edge_weight if self.edge_weight is not None else np.ones(self.num_edges, np.float32)
+            if self_loops:
+                keep = cols != rows
+                loop = np.arange(self.num_inner)
+                rows = np.concatenate([rows[keep], loop])
+                cols = np.concatenate([cols[keep], loop])
+                w = np.concatenate([w[keep], np.ones(self.num_inner, np.float32)])
+                order = np.argsort(rows, kind="stable")
+                rows, cols, w = rows[order], cols[order], w[order]
+            split = int(np.searchsorted(rows, self.num_central))
+            t = lambda a, dt=torch.int64: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dt)
+            self._edges[self_loops] = {
+                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32)),
+                "marginal": (t(rows[split:] - self.num_central), t(cols[split:]), t(w[split:], torch.float32)),
+            }
+        return self._edges[self_loops]

@@ -1,0 +1,221 @@
+"""From an MPI (or torchrun) launch to a ready torch.distributed context (DESIGN sec. 9).
+
+MPI is used only to learn rank and size and to agree on a rendezvous; tensors
+travel over torch.distributed (gloo on CPU, NCCL on GPU). Halo traffic gets
+its own process group so a background exchange never interleaves with the
+gradient all-reduce. A heartbeat watchdog turns a lost rank into a prompt,
+named failure on every survivor instead of a hang.
+"""
+from __future__ import annotations
+
+import datetime
+import fcntl
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+class LaunchError(RuntimeError):
+    """The job cannot start (or go on) as launched; the message says why."""
+
+
+@dataclass
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_size: int
+    device: torch.device
+    backend: str
+    halo_group: object = None
+    watchdog: "Watchdog | None" = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+    def fail(self, message: str, code: int = 1) -> None:
+        """Report on stderr with the rank prefix and leave at once, without waiting on peers."""
+        sys.stderr.write(f"[rank {self.rank}] gnn-dist: error: {message}\n")
+        sys.stderr.flush()
+        os._exit(code)
+
+    def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.distributed:
+            try:
+                dist.barrier()
+            finally:
+                dist.destroy_process_group()
+
+
+def _interfaces() -> dict[str, str]:
+    """IPv4 address of every interface that has one (name -> address)."""
+    out = {}
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))  # SIOCGIFADDR
+                out[name] = socket.inet_ntoa(packed[20:24])
+            except OSError:
+                continue
+    finally:
+        s.close()
+    return out
+
+
+def _iface_towards(addr: str) -> str | None:
+    """The local interface the kernel would route to `addr` through."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((addr, 9))
+        local = s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+    for name, ip in _interfaces().items():
+        if ip == local:
+            return name
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _mpi_rendezvous(master_addr: str | None, iface: str | None):
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local_rank, local_size = local.Get_rank(), local.Get_size()
+    local.Free()
+    ifaces = _interfaces()
+    all_ifaces = comm.allgather(sorted(ifaces.items()))
+    if rank == 0:
+        if master_addr is None and iface:
+            if iface not in ifaces:
+                raise LaunchError(f"--iface {iface} has no IPv4 address on rank 0 (have: {', '.join(ifaces)})")
+            master_addr = ifaces[iface]
+        if master_addr is None:
+            one_host = all(a == all_ifaces[0] for a in all_ifaces)
+            master_addr = "127.0.0.1" if one_host else next(
+                (ip for name, ip in sorted(ifaces.items()) if not ip.startswith("127.")), "127.0.0.1")
+        payload = (master_addr, _free_port())
+    else:
+        payload = None
+    master_addr, port = comm.bcast(payload, root=0)
+    return rank, size, local_rank, local_size, master_addr, port
+
+
+def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None = None,
+         master_addr: str | None = None, expected_world: int | None = None,
+         heartbeat_s: float = 1.0, dead_after_s: float = 10.0) -> DistContext:
+    """Start torch.distributed for this process; `expected_world` is checked before any network setup."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun
+        rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        local_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        init_method = "env://"
+        addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    else:
+        rank, size, local_rank, local_size, addr, port = _mpi_rendezvous(master_addr, iface)
+        init_method = f"tcp://{addr}:{port}"
+    if expected_world is not None and size != expected_world:
+        raise LaunchError(f"launched with {size} ranks but the partition has {expected_world} parts "
+                          f"(run mpiexec -n {expected_world})")
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_size, 1)))
+    use_cuda = torch.cuda.is_available() and backend in (None, "nccl")
+    backend = backend or ("nccl" if use_cuda else "gloo")
+    device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
+        name = iface or ("lo" if addr.startswith("127.") else _iface_towards(addr))
+        if name:
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size, timeout=timeout)
+    halo_group = dist.new_group(backend=backend, timeout=timeout) if size > 1 else None
+    ctx = DistContext(rank, size, local_rank, local_size, device, backend, halo_group)
+    if size > 1:
+        ctx.watchdog = Watchdog(ctx, heartbeat_s, dead_after_s)
+        ctx.watchdog.start()
+    return ctx
+
+
+class Watchdog:
+    """Heartbeats through the rendezvous store; a silent peer makes this rank exit naming it.
+
+    Counters, not clocks, travel: each rank bumps its own and notes locally
+    when each peer's last changed, so hosts need no synchronised time.
+    """
+
+    def __init__(self, ctx: DistContext, period_s: float, dead_after_s: float):
+        self.ctx = ctx
+        self.period = period_s
+        self.dead_after = dead_after_s
+        self.store = dist.distributed_c10d._get_default_store()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gnn-dist-watchdog", daemon=True)
+        self.lost: int | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        n, me = self.ctx.world_size, self.ctx.rank
+        beat = 0
+        last_val = [None] * n
+        last_change = [time.monotonic()] * n
+        while not self._stop.is_set():
+            beat += 1
+            try:
+                self.store.set(f"gnn_dist/hb/{me}", str(beat))
+                for r in range(n):
+                    if r == me:
+                        continue
+                    key = f"gnn_dist/hb/{r}"
+                    val = self.store.get(key) if self.store.check([key]) else None
+                    if val != last_val[r]:
+                        last_val[r], last_change[r] = val, time.monotonic()
+                    elif time.monotonic() - last_change[r] > self.dead_after:
+                        self._lose(r, f"no heartbeat for {self.dead_after:.0f} s")
+            except Exception:  # the store lives on rank 0's process: losing it means rank 0 is gone
+                if self._stop.is_set():
+                    return
+                if me != 0:
+                    self._lose(0, "rendezvous store on rank 0 unreachable")
+                return
+            self._stop.wait(self.period)
+
+    def _lose(self, rank: int, why: str) -> None:
+        self.lost = rank
+        self.ctx.fail(f"rank {rank} lost ({why}); aborting", code=3)
+
+    def blame(self, wait_s: float | None = None) -> int | None:
+        """After a failed collective, give the watchdog time to name the dead peer (it exits the process)."""
+        deadline = time.monotonic() + (wait_s if wait_s is not None else self.dead_after + 3 * self.period)
+        while time.monotonic() < deadline and self.lost is None:
+            time.sleep(0.1)
+        return self.lost

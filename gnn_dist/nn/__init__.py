@@ -1,0 +1,8 @@
+"""Layer API: subclass `MessagePassing`; built-in GCN, GraphSAGE, GAT, GIN and model stacks."""
+from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
+from gnn_dist.nn.message_passing import MessagePassing, segment_softmax
+from gnn_dist.nn.models import GNN, MODELS, build_model
+from gnn_dist.nn.export import PyGNN, to_pyg
+
+__all__ = ["MessagePassing", "segment_softmax", "GCNConv", "SAGEConv", "GATConv", "GINConv", "GNN", "MODELS",
+           "build_model", "PyGNN", "to_pyg"]

@@ -1,0 +1,98 @@
+"""Built-in layers on the MessagePassing API. Parameter names match PyG's, so weights move both ways."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gnn_dist.graph import LocalGraph
+from gnn_dist.nn.message_passing import MessagePassing, segment_softmax
+
+
+def _glorot(t: torch.Tensor) -> None:
+    bound = math.sqrt(6.0 / (t.shape[-2] + t.shape[-1]))
+    nn.init.uniform_(t, -bound, bound)
+
+
+class GCNConv(MessagePassing):
+    """Kipf & Welling: D^-1/2 (A + I) D^-1/2 X W + b, degrees global.
+
+    The product is associative, so the narrower of X and XW is the one
+    aggregated (and exchanged): fewer bytes on the wire, same result.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
+        super().__init__(aggr="sum", norm="gcn")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        _glorot(self.lin.weight)
+
+    def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+        if self.in_channels < self.out_channels:
+            out = self.lin(self.propagate(graph, x=x))
+        else:
+            out = self.propagate(graph, x=self.lin(x))
+        return out + self.bias if self.bias is not None else out
+
+
+class SAGEConv(MessagePassing):
+    """GraphSAGE with mean aggregation: W_l mean_j x_j + b + W_r x_i."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__(aggr="mean")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin_l = nn.Linear(in_channels, out_channels, bias=True)
+        self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
+
+    def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+        if self.out_channels < self.in_channels:  # mean is linear: project first, send less
+            agg = self.propagate(graph, x=F.linear(x, self.lin_l.weight)) + self.lin_l.bias
+        else:
+            agg = self.lin_l(self.propagate(graph, x=x))
+        return agg + self.lin_r(x)
+
+
+class GINConv(MessagePassing):
+    """Xu et al.: MLP((1 + eps) x_i + sum_j x_j)."""
+
+    def __init__(self, mlp: nn.Module, eps: float = 0.0, train_eps: bool = True):
+        super().__init__(aggr="sum")
+        self.nn = mlp
+        if train_eps:
+            self.eps = nn.Parameter(torch.tensor([eps]))
+        else:
+            self.register_buffer("eps", torch.tensor([eps]))
+
+    def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+        return self.nn(self.propagate(graph, x=x) + (1 + self.eps) * x)
+
+
+class GATConv(MessagePassing):
+    """Velickovic et al., multi-head; attention per edge, softmax over each node's in-edges plus a self loop."""
+
+    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
+                 negative_slope: float = 0.2, dropout: float = 0.0, bias: bool = True):
+        super().__init__(aggr="sum", self_loops=True)
+        self.heads, self.out_channels, self.concat = heads, out_channels, concat
+        self.negative_slope, self.dropout = negative_slope, dropout
+        self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.bias = nn.Parameter(torch.zeros(heads * out_channels if concat else out_channels)) if bias else None
+        for t in (self.lin.weight, self.att_src, self.att_dst):
+            _glorot(t)
+
+    def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+        h = self.lin(x).view(-1, self.heads, self.out_channels)
+        out = self.propagate(graph, x=h)
+        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        return out + self.bias if self.bias is not None else out
+
+    def message(self, x_j: torch.Tensor, x_i: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
+        alpha = (x_j * self.att_src).sum(-1) + (x_i * self.att_dst).sum(-1)
+        alpha = segment_softmax(F.leaky_relu(alpha, self.negative_slope), index, dim_size)
+        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+        return x_j * alpha.unsqueeze(-1)

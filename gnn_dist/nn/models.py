@@ -1,0 +1,54 @@
+"""Stacks of built-in layers: what `gnn-dist train --model` builds."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gnn_dist.graph import LocalGraph
+from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
+
+MODELS = ("gcn", "sage", "gat", "gin")
+
+
+def make_conv(kind: str, d_in: int, d_out: int, heads: int = 1, last: bool = False) -> nn.Module:
+    if kind == "gcn":
+        return GCNConv(d_in, d_out)
+    if kind == "sage":
+        return SAGEConv(d_in, d_out)
+    if kind == "gin":
+        return GINConv(nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out)))
+    if kind == "gat":
+        return GATConv(d_in, d_out, heads=1 if last else heads)
+    raise ValueError(f"unknown model '{kind}' (choose from {', '.join(MODELS)})")
+
+
+class GNN(nn.Module):
+    """layers x conv, ReLU and dropout between; the last layer emits class logits."""
+
+    def __init__(self, kind: str, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
+                 dropout: float = 0.5, heads: int = 1):
+        super().__init__()
+        if layers < 1:
+            raise ValueError(f"layers must be >= 1, got {layers}")
+        self.kind, self.dropout, self.heads = kind, dropout, heads
+        dims = [in_channels] + [hidden] * (layers - 1) + [out_channels]
+        self.convs = nn.ModuleList()
+        for i in range(layers):
+            d_in = dims[i] * (heads if kind == "gat" and i > 0 else 1)
+            self.convs.append(make_conv(kind, d_in, dims[i + 1], heads, last=i == layers - 1))
+
+    def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+        for i, conv in enumerate(self.convs):
+            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = conv(x, graph)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+def build_model(kind: str, in_channels: int, hidden: int, out_channels: int, layers: int = 2,
+                dropout: float = 0.5, heads: int = 1) -> GNN:
+    if kind not in MODELS:
+        raise ValueError(f"unknown model '{kind}' (choose from {', '.join(MODELS)})")
+    return GNN(kind, in_channels, hidden, out_channels, layers, dropout, heads)

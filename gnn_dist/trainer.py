@@ -1,0 +1,139 @@
+"""Full-graph training loop: one forward over the local part, loss on global train nodes, summed gradients.
+
+Each rank's loss is the sum over its own train nodes divided by the global
+train count, and gradients are summed across ranks, so an epoch here equals an
+epoch of one process on the whole graph.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from gnn_dist import checkpoint
+from gnn_dist.graph import LocalGraph
+from gnn_dist.launch import DistContext
+
+
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """Dropout stream per (seed, epoch, rank): a resumed run replays exactly the masks it would have drawn."""
+    return (seed * 1_000_003 + epoch * 7919 + rank) % (2**63 - 1)
+
+
+class Trainer:
+    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, *, optimizer: str = "adam",
+                 lr: float = 0.01, weight_decay: float = 5e-4, seed: int = 0, log_path: str | None = None,
+                 checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
+                 progress: bool = True):
+        self.model, self.graph, self.ctx, self.seed = model.to(ctx.device), graph, ctx, seed
+        params = list(self.model.parameters())
+        if optimizer == "adam":
+            self.opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        elif optimizer == "sgd":
+            self.opt = torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
+        else:
+            raise ValueError(f"unknown optimizer '{optimizer}' (choose adam or sgd)")
+        self.log_path = Path(log_path) if log_path and ctx.is_main else None
+        self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
+        self.checkpoint_every, self.eval_every, self.progress = checkpoint_every, eval_every, progress
+        self.num_train = int(self._sum(torch.tensor([float(graph.train_mask.sum())]))[0])
+        if self.num_train == 0:
+            raise ValueError("no training nodes in the partition (train mask empty on every rank)")
+        self._sync_parameters()
+
+    # ----------------------------------------------------------- collectives
+    def _sum(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.to(self.ctx.device)
+        if self.ctx.world_size > 1:
+            dist.all_reduce(t)
+        return t
+
+    def _sync_parameters(self) -> None:
+        """Replicas start from rank 0's weights, whatever each rank's RNG did."""
+        if self.ctx.world_size > 1:
+            for p in self.model.parameters():
+                dist.broadcast(p.data, 0)
+
+    # ------------------------------------------------------------------ steps
+    def train_step(self, epoch: int) -> float:
+        g = self.graph
+        torch.manual_seed(epoch_seed(self.seed, epoch, self.ctx.rank))
+        self.model.train()
+        self.opt.zero_grad(set_to_none=False)
+        out = self.model(g.x, g)
+        loss_sum = F.cross_entropy(out[g.train_mask], g.y[g.train_mask], reduction="sum")
+        (loss_sum / self.num_train).backward()
+        grads = [p.grad.reshape(-1) for p in self.model.parameters()]
+        bucket = self._sum(torch.cat(grads + [loss_sum.detach().reshape(1)]))  # one all-reduce per step
+        offset = 0
+        for p, gr in zip(self.model.parameters(), grads):
+            p.grad.copy_(bucket[offset: offset + gr.numel()].view_as(p.grad))
+            offset += gr.numel()
+        self.opt.step()
+        return float(bucket[-1]) / self.num_train
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        g = self.graph
+        self.model.eval()
+        pred = self.model(g.x, g).argmax(dim=1)
+        counts = []
+        for m in (g.train_mask, g.val_mask, g.test_mask):
+            counts += [float((pred[m] == g.y[m]).sum()), float(m.sum())]
+        c = self._sum(torch.tensor(counts, dtype=torch.float64)).tolist()
+        return {f"{name}_acc": c[2 * i] / max(c[2 * i + 1], 1) for i, name in enumerate(("train", "val", "test"))}
+
+    # ------------------------------------------------------------------- loop
+    def fit(self, epochs: int, resume: bool = False) -> dict:
+        start = self._resume() if resume else 0
+        bar = tqdm(range(start, epochs), desc="train", unit="ep", file=sys.stderr,
+                   disable=not (self.progress and self.ctx.is_main), initial=start, total=epochs)
+        record: dict = {}
+        for epoch in bar:
+            t0 = time.perf_counter()
+            loss = self.train_step(epoch)
+            dt = time.perf_counter() - t0
+            record = {"epoch": epoch, "loss": loss, "epoch_time": dt}
+            if self.eval_every and ((epoch + 1) % self.eval_every == 0 or epoch + 1 == epochs):
+                record.update(self.evaluate())
+            if self.graph.exchange is not None:
+                record["halo_forward"] = self.graph.exchange.forward_stats.reset()
+                record["halo_backward"] = self.graph.exchange.backward_stats.reset()
+            self._log(record)
+            bar.set_postfix(loss=f"{loss:.4f}", val=f"{record.get('val_acc', float('nan')):.3f}", s=f"{dt:.3f}")
+            if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:
+                self.save_checkpoint(epoch)
+        bar.close()
+        if "test_acc" not in record and epochs > start:
+            record.update(self.evaluate())
+        return record
+
+    def _log(self, record: dict) -> None:
+        if self.log_path is not None:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    # ------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, epoch: int) -> None:
+        if self.ctx.is_main:
+            checkpoint.save_atomic({"epoch": epoch, "seed": self.seed, "model": self.model.state_dict(),
+                                    "optimizer": self.opt.state_dict()}, self.ckpt)
+
+    def _resume(self) -> int:
+        """Rank 0 reads the checkpoint and broadcasts it, so ranks need no shared filesystem."""
+        state = [None]
+        if self.ctx.is_main:
+            state[0] = checkpoint.load(self.ckpt) if self.ckpt and self.ckpt.exists() else {}
+        if self.ctx.world_size > 1:
+            dist.broadcast_object_list(state, 0)
+        if not state[0]:
+            return 0
+        self.model.load_state_dict(state[0]["model"])
+        self.opt.load_state_dict(state[0]["optimizer"])
+        return int(state[0]["epoch"]) + 1
