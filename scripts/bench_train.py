@@ -1,0 +1,139 @@
+"""Epoch time and memory of gnn-dist against PyG single-process, side by side in one run.
+
+    python scripts/bench_train.py [--dataset SPEC] [--epochs N] [--hidden H]
+
+Prints one table: PyG (one process, all cores), gnn-dist at P=1, 2, 4 (the
+launcher gives each rank cores / ranks threads), ratios against PyG and
+against P=1, and each configuration's peak RSS per rank.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def worker(part_dir: str, epochs: int, hidden: int, model: str) -> None:
+    """One rank: train `epochs` epochs, report mean epoch time after one warm-up and peak RSS."""
+    import torch
+    import torch.distributed as dist
+
+    from gnn_dist.launch import init
+    from gnn_dist.loader import load_partition
+    from gnn_dist.nn import build_model
+    from gnn_dist.trainer import Trainer
+    from partition.store import read_meta
+
+    ctx = init(expected_world=read_meta(part_dir)["num_parts"])
+    graph = load_partition(part_dir, ctx, verify=False)
+    torch.manual_seed(0)
+    net = build_model(model, graph.num_features, hidden, graph.num_classes, layers=2, dropout=0.5)
+    trainer = Trainer(net, graph, ctx, progress=False, eval_every=0)
+    trainer.train_step(0)
+    if ctx.world_size > 1:
+        dist.barrier()
+    t = time.perf_counter()
+    for e in range(1, epochs + 1):
+        trainer.train_step(e)
+    dt = (time.perf_counter() - t) / epochs
+    rss = [None] * ctx.world_size
+    if ctx.world_size > 1:
+        dist.all_gather_object(rss, peak_rss_mb())
+    else:
+        rss = [peak_rss_mb()]
+    if ctx.is_main:
+        print("RESULT " + json.dumps({"epoch_s": dt, "rss_mb": rss, "threads": torch.get_num_threads()}))
+    ctx.close()
+
+
+def pyg_child(spec: str, epochs: int, hidden: int, model: str) -> None:
+    """PyG single process on the whole graph, same model and optimizer; run in its own process for a clean RSS."""
+    import torch
+    import torch.nn.functional as F
+
+    from gnn_dist.data import load_dataset
+    from gnn_dist.nn import build_model, to_pyg
+
+    g = load_dataset(spec)
+    torch.manual_seed(0)
+    net = to_pyg(build_model(model, g.num_features, hidden, g.num_classes, layers=2, dropout=0.5))
+    if model == "gcn":
+        for conv in net.convs:
+            conv.cached = True  # PyG's best case: normalisation computed once
+    x = torch.from_numpy(g.x)
+    ei = torch.stack([torch.from_numpy(a) for a in g.edge_index()])
+    y, tm = torch.from_numpy(g.y), torch.from_numpy(g.train_mask)
+    opt = torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=5e-4)
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(net(x, ei)[tm], y[tm]).backward()
+        opt.step()
+
+    step()
+    t = time.perf_counter()
+    for _ in range(epochs):
+        step()
+    print("RESULT " + json.dumps({"epoch_s": (time.perf_counter() - t) / epochs, "rss_mb": [peak_rss_mb()],
+                                 "threads": torch.get_num_threads()}))
+
+
+def _result(cmd: list[str]) -> dict:
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise SystemExit(f"benchmark step failed: {' '.join(cmd)}\n{r.stderr[-3000:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="sbm:nodes=100000,avg_degree=20,features=128")
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--model", default="gcn")
+    ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--pyg", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a.worker, a.epochs, a.hidden, a.model)
+    if a.pyg:
+        return pyg_child(a.dataset, a.epochs, a.hidden, a.model)
+
+    from gnn_dist.cli import main as cli
+
+    me = [sys.executable, str(Path(__file__).resolve())]
+    common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model]
+    rows = {"PyG, 1 process": _result(me + ["--pyg", "--dataset", a.dataset] + common)}
+    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in (int(x) for x in a.ranks.split(",")):
+            d = Path(tmp) / f"p{p}"
+            if cli(["partition", "--dataset", a.dataset, "--parts", str(p), "--out", str(d)]) != 0:
+                raise SystemExit("partitioning failed")
+            rows[f"gnn-dist P={p}"] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d)] + common)
+    base, p1 = rows["PyG, 1 process"]["epoch_s"], rows.get("gnn-dist P=1", {}).get("epoch_s")
+    print(f"\n{a.dataset}, {a.model}, 2 layers, hidden {a.hidden}, {a.epochs} timed epochs, {os.cpu_count()} cores")
+    print(f"{'configuration':<18} {'threads/rank':>12} {'epoch s':>9} {'vs PyG':>7} {'vs P=1':>7} {'peak RSS/rank MB':>18}")
+    for name, r in rows.items():
+        vs_p1 = f"{r['epoch_s'] / p1:.2f}" if p1 and name.startswith("gnn") else "-"
+        rss = "/".join(f"{m:.0f}" for m in r["rss_mb"])
+        print(f"{name:<18} {r['threads']:>12} {r['epoch_s']:>9.3f} {r['epoch_s'] / base:>7.2f} {vs_p1:>7} {rss:>18}")
+
+
+if __name__ == "__main__":
+    main()
