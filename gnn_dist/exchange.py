@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from gnn_dist import codec
+
 
 @dataclass
 class ChannelStats:
@@ -29,17 +31,22 @@ class ChannelStats:
 
 
 class Pending:
-    """An exchange in flight; `wait()` returns the received rows."""
+    """An exchange in flight; `wait()` returns the received rows, decoded."""
 
-    def __init__(self, work, out: torch.Tensor, stats: ChannelStats, shape_tail: tuple):
+    def __init__(self, work, out: torch.Tensor, stats: ChannelStats, shape_tail: tuple, codec_name: str = "fp32",
+                 width: int = 0, dtype: torch.dtype = torch.float32):
         self.work, self.out, self.stats, self.shape_tail = work, out, stats, shape_tail
+        self.codec, self.width, self.dtype = codec_name, width, dtype
 
     def wait(self) -> torch.Tensor:
         if self.work is not None:
             t = time.perf_counter()
             self.work.wait()
             self.stats.wait_s += time.perf_counter() - t
-        return self.out.view(self.out.shape[0], *self.shape_tail)
+        out = self.out
+        if self.codec != "fp32":
+            out = codec.decode(codec.from_rows(out, self.codec, self.width), self.dtype)
+        return out.view(out.shape[0], *self.shape_tail)
 
 
 @dataclass
@@ -50,6 +57,8 @@ class HaloExchange:
     send_counts: list[int]
     recv_counts: list[int]
     group: object = None
+    codec: str = "fp32"  # wire format of training messages; evaluation always sends fp32
+    exact: bool = False  # set by the trainer while evaluating
     forward_stats: ChannelStats = field(default_factory=ChannelStats)
     backward_stats: ChannelStats = field(default_factory=ChannelStats)
 
@@ -61,11 +70,15 @@ class HaloExchange:
              stats: ChannelStats) -> Pending:
         tail = tuple(rows.shape[1:])
         flat = rows.reshape(rows.shape[0], -1).contiguous()
+        name = "fp32" if self.exact or flat.dtype != torch.float32 else self.codec
+        width, dtype = flat.shape[1], flat.dtype
+        if name != "fp32":
+            flat = codec.to_rows(codec.encode(flat, name))
         out = torch.empty(out_rows, flat.shape[1], dtype=flat.dtype, device=flat.device)
         work = dist.all_to_all_single(out, flat, out_splits, in_splits, group=self.group, async_op=True)
         stats.bytes_sent += flat.numel() * flat.element_size()
         stats.calls += 1
-        return Pending(work, out, stats, tail)
+        return Pending(work, out, stats, tail, name, width, dtype)
 
     def start(self, x: torch.Tensor) -> Pending:
         """Begin sending the rows peers need; x holds this rank's inner rows."""

@@ -45,10 +45,16 @@ class DistContext:
     def distributed(self) -> bool:
         return dist.is_available() and dist.is_initialized()
 
-    def fail(self, message: str, code: int = 1) -> None:
-        """Report on stderr with the rank prefix and leave at once, without waiting on peers."""
+    def fail(self, message: str, code: int = 1, grace_s: float = 1.0) -> None:
+        """Report on stderr with the rank prefix and leave without waiting on peers.
+
+        The short grace lets the launcher forward this line (and the other
+        survivors, who notice within the same heartbeat, theirs) before the
+        first exit makes mpiexec kill the rest.
+        """
         sys.stderr.write(f"[rank {self.rank}] gnn-dist: error: {message}\n")
         sys.stderr.flush()
+        time.sleep(grace_s)
         os._exit(code)
 
     def close(self) -> None:

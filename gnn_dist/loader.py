@@ -11,7 +11,8 @@ from gnn_dist.launch import DistContext, LaunchError
 from partition.store import read_meta, read_part
 
 
-def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, verify: bool = True) -> LocalGraph:
+def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, verify: bool = True,
+                   codec: str = "fp32") -> LocalGraph:
     meta = read_meta(path)
     if meta["num_parts"] != ctx.world_size:
         raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts")
@@ -19,7 +20,7 @@ def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, ver
     exchange = None
     if sum(p["halo"] for p in meta["parts"]) > 0:  # every rank decides alike: all join the collective or none
         exchange = HaloExchange(torch.from_numpy(plan.send_idx).to(ctx.device),
-                                plan.send_counts.tolist(), plan.recv_counts.tolist(), ctx.halo_group)
+                                plan.send_counts.tolist(), plan.recv_counts.tolist(), ctx.halo_group, codec)
     graph = LocalGraph.from_plan(plan, meta["num_classes"], meta["num_parts"], exchange, ctx.device, overlap)
     graph.meta = meta
     return graph

@@ -31,7 +31,8 @@ class Trainer:
                  lr: float = 0.01, weight_decay: float = 5e-4, seed: int = 0, log_path: str | None = None,
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
                  progress: bool = True):
-        self.model, self.graph, self.ctx, self.seed = model.to(ctx.device), graph, ctx, seed
+        self.model, self.graph, self.ctx = model.to(ctx.device), graph, ctx
+        self.seed = int(self._broadcast(torch.tensor([seed], dtype=torch.int64))[0])  # rank 0's seed rules
         params = list(self.model.parameters())
         if optimizer == "adam":
             self.opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
@@ -54,11 +55,17 @@ class Trainer:
             dist.all_reduce(t)
         return t
 
+    def _broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.to(self.ctx.device)
+        if self.ctx.world_size > 1:
+            dist.broadcast(t, 0)
+        return t
+
     def _sync_parameters(self) -> None:
         """Replicas start from rank 0's weights, whatever each rank's RNG did."""
         if self.ctx.world_size > 1:
             for p in self.model.parameters():
-                dist.broadcast(p.data, 0)
+                self._broadcast(p.data)
 
     # ------------------------------------------------------------------ steps
     def train_step(self, epoch: int) -> float:
@@ -82,7 +89,13 @@ class Trainer:
     def evaluate(self) -> dict:
         g = self.graph
         self.model.eval()
-        pred = self.model(g.x, g).argmax(dim=1)
+        if g.exchange is not None:
+            g.exchange.exact = True  # evaluation uses exact messages
+        try:
+            pred = self.model(g.x, g).argmax(dim=1)
+        finally:
+            if g.exchange is not None:
+                g.exchange.exact = False
         counts = []
         for m in (g.train_mask, g.val_mask, g.test_mask):
             counts += [float((pred[m] == g.y[m]).sum()), float(m.sum())]

@@ -54,6 +54,14 @@ def main() -> None:
                      global_ids=graph.global_ids[: graph.num_inner], logits=lo.numpy(),
                      losses=np.array(lso), overlap_identical=same,
                      **{f"grad_{i}": g.numpy() for i, g in enumerate(go)})
+        # compressed exchange: same model, int8 messages and gradients in training
+        graph = load_partition(d, ctx, codec="int8")
+        torch.manual_seed(0)
+        model = build_model("gcn", graph.num_features, 8, graph.num_classes, layers=2, dropout=0.0)
+        trainer = Trainer(model, graph, ctx, lr=0.01, weight_decay=5e-4, progress=False)
+        losses = [trainer.train_step(e) for e in range(EPOCHS)]
+        sent = graph.exchange.forward_stats.bytes_sent if graph.exchange is not None else 0
+        np.savez(out_dir / f"{name}-gcn-int8-rank{ctx.rank}.npz", losses=np.array(losses), bytes_sent=sent)
     ctx.close()
 
 

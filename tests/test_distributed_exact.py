@@ -98,3 +98,10 @@ def test_matches_single_process_pyg(world, graphs, references, tmp_path):
                 np.testing.assert_allclose(a, b.float().numpy(), rtol=1e-5, atol=1e-6,
                                            err_msg=f"{name}/{kind} grad {i}, P={world}")
             assert np.abs(np.array(losses) - np.array(ref_losses)).max() < 1e-4, f"{name}/{kind} losses P={world}"
+        # int8 messages: close to exact, but not equal (quantisation really happened)
+        q = [np.load(out / f"{name}-gcn-int8-rank{r}.npz") for r in range(world)]
+        exact = np.array(references[(name, "gcn")][2])
+        if world > 1:
+            assert np.abs(q[0]["losses"] - exact).max() < 2e-2
+            assert not np.allclose(q[0]["losses"], exact, rtol=0, atol=1e-7)
+

@@ -22,6 +22,8 @@ def add_parser(sub) -> None:
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--seed", type=int, default=0, help="model and dropout seed (rank 0's value is used everywhere)")
     p.add_argument("--normalize-features", action="store_true", help="row-normalise input features")
+    p.add_argument("--codec", default="fp32", choices=["fp32", "fp16", "bf16", "int8", "int4", "int2"],
+                   help="wire format of halo messages and gradients in training (default fp32: exact)")
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (0: only at the end)")
     p.add_argument("--log", default=None, help="append per-epoch metrics as JSON lines to this file (rank 0)")
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.trainer import Trainer
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
-    graph = load_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify)
+    graph = load_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify,
+                           codec=args.codec)
     if args.normalize_features:
         graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1)
     torch.manual_seed(args.seed)

@@ -1,0 +1,189 @@
+"""Message codecs (DESIGN sec. 5): fp32, fp16, bf16 and stochastic intB (B = 8, 4, 2).
+
+intB keeps per row `lo = min` and `scale = (max - min) / (2^B - 1)` in fp32
+(fp16 would underflow on gradients) and rounds stochastically,
+q = floor((x - lo) / scale + u) with u ~ U[0, 1), so E[decode] = x.
+Values are packed 8 / B per byte. Rows with max == min send a zero payload.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+INT_BITS = (8, 4, 2)
+FLOAT_CODECS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+CODECS = tuple(FLOAT_CODECS) + tuple(f"int{b}" for b in INT_BITS)
+
+
+@dataclass
+class Encoded:
+    """One encoded block: payload bytes plus per-row range (int codecs) and the original width."""
+
+    payload: torch.Tensor  # uint8 [rows, packed] for int codecs, else the cast tensor
+    lo: torch.Tensor | None
+    scale: torch.Tensor | None
+    width: int
+    bits: int
+
+    def nbytes(self) -> int:
+        n = self.payload.numel() * self.payload.element_size()
+        if self.lo is not None:
+            n += (self.lo.numel() + self.scale.numel()) * 4
+        return n
+
+
+def packed_width(width: int, bits: int) -> int:
+    per = 8 // bits
+    return (width + per - 1) // per
+
+
+def wire_bytes(rows: int, width: int, codec: str) -> int:
+    """Bytes a block costs on the wire; both sides compute it, so no size handshake is needed."""
+    if codec in FLOAT_CODECS:
+        return rows * width * torch.finfo(FLOAT_CODECS[codec]).bits // 8
+    bits = int(codec[3:])
+    return rows * (packed_width(width, bits) + 8)
+
+
+class DitherPool:
+    """Uniform [0, 1) numbers drawn once; each block adds windows of it at fresh random offsets.
+
+    Drawing fresh uniforms costs more than the rest of encoding (torch.rand runs
+    at about a tenth of memory bandwidth on a CPU core); a window of a large
+    pool is still uniform per element and independent within a window, and the
+    random offsets decorrelate successive windows and blocks.
+    """
+
+    def __init__(self, size: int = 1 << 23, seed: int = 0x5EED):
+        self.gen = torch.Generator().manual_seed(seed)
+        self.pool = torch.rand(size, generator=self.gen)
+        self.window = size // 2
+        self._by_device: dict = {}
+
+    def add_(self, flat: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """flat += U[0, 1) elementwise, in place, window by window."""
+        key = str(flat.device)
+        if key not in self._by_device:
+            self._by_device[key] = self.pool.to(flat.device)
+        pool = self._by_device[key]
+        gen = generator if generator is not None and generator.device == torch.device("cpu") else self.gen
+        n = flat.numel()
+        starts = torch.randint(0, pool.numel() - self.window, ((n + self.window - 1) // self.window,),
+                               generator=gen).tolist()
+        for i, s in enumerate(starts):
+            chunk = flat[i * self.window: (i + 1) * self.window]
+            chunk.add_(pool[s: s + chunk.numel()])
+        return flat
+
+
+_DITHER: DitherPool | None = None
+
+
+def add_dither_(flat: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    global _DITHER
+    if _DITHER is None:
+        _DITHER = DitherPool()
+    return _DITHER.add_(flat, generator)
+
+
+def quantize(x: torch.Tensor, bits: int, generator: torch.Generator | None = None):
+    """Stochastic integer codes (uint8, unpacked), row minimum and row step."""
+    if bits not in INT_BITS:
+        raise ValueError(f"bits must be one of {INT_BITS}, got {bits}")
+    x = x.float()
+    lo, hi = x.amin(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)  # two passes beat aminmax on CPU
+    scale = (hi - lo) / (2**bits - 1)
+    flat = scale == 0
+    inv = torch.where(flat, torch.zeros_like(scale), scale.reciprocal())  # flat rows -> code 0
+    # (x - lo) / scale + u == x * inv - lo * inv + u, computed in place in a reused workspace:
+    # a fresh buffer per call costs more in page faults than the arithmetic
+    q = torch.mul(x, inv, out=_workspace(x.shape, x.device))
+    q.sub_(lo * inv)
+    add_dither_(q.view(-1), generator)
+    q.floor_().clamp_(0, 2**bits - 1)
+    return q.to(torch.uint8), lo.squeeze(1), scale.squeeze(1)
+
+
+_WS: dict = {}
+
+
+def _workspace(shape: tuple, device) -> torch.Tensor:
+    n = 1
+    for d in shape:
+        n *= d
+    buf = _WS.get(str(device))
+    if buf is None or buf.numel() < n:
+        buf = _WS[str(device)] = torch.empty(n, device=device)
+    return buf[:n].view(shape)
+
+
+def pack(q: torch.Tensor, bits: int) -> torch.Tensor:
+    """Put 8 / bits codes in each byte, first code in the low bits."""
+    if bits == 8:
+        return q.contiguous()
+    per = 8 // bits
+    rows, width = q.shape
+    pad = (-width) % per
+    if pad:
+        q = torch.nn.functional.pad(q, (0, pad))
+    q = q.view(rows, -1, per)
+    out = q[:, :, 0].clone()
+    for k in range(1, per):
+        out |= q[:, :, k] << (k * bits)
+    return out
+
+
+def unpack(p: torch.Tensor, bits: int, width: int) -> torch.Tensor:
+    if bits == 8:
+        return p
+    per = 8 // bits
+    mask = 2**bits - 1
+    parts = [(p >> (k * bits)) & mask for k in range(per)]
+    return torch.stack(parts, dim=2).view(p.shape[0], -1)[:, :width]
+
+
+def encode(x: torch.Tensor, codec: str, generator: torch.Generator | None = None) -> Encoded:
+    if codec in FLOAT_CODECS:
+        return Encoded(x.to(FLOAT_CODECS[codec]), None, None, x.shape[1], torch.finfo(FLOAT_CODECS[codec]).bits)
+    if codec not in CODECS:
+        raise ValueError(f"unknown codec '{codec}' (choose from {', '.join(CODECS)})")
+    bits = int(codec[3:])
+    q, lo, scale = quantize(x, bits, generator)
+    return Encoded(pack(q, bits), lo, scale, x.shape[1], bits)
+
+
+def decode(e: Encoded, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    if e.lo is None:
+        return e.payload.to(dtype)
+    q = unpack(e.payload, e.bits, e.width).to(torch.float32)
+    return q.mul_(e.scale.unsqueeze(1)).add_(e.lo.unsqueeze(1)).to(dtype)
+
+
+def rounding_variance(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Per-element variance of stochastic rounding, scale^2 p (1 - p): what the adaptive policy minimises."""
+    x = x.double()
+    lo = x.amin(dim=1, keepdim=True)
+    scale = (x.amax(dim=1, keepdim=True) - lo) / (2**bits - 1)
+    v = (x - lo) / torch.where(scale == 0, torch.ones_like(scale), scale)
+    p = v - v.floor()
+    return scale**2 * p * (1 - p)
+
+
+def to_rows(e: Encoded) -> torch.Tensor:
+    """One byte record per row, [payload | lo | scale], so a row-split all_to_all carries an int block."""
+    n = e.payload.shape[0]
+    if e.lo is None:
+        return e.payload
+    return torch.cat([e.payload, e.lo.contiguous().view(torch.uint8).view(n, 4),
+                      e.scale.contiguous().view(torch.uint8).view(n, 4)], dim=1)
+
+
+def from_rows(rows: torch.Tensor, codec: str, width: int) -> Encoded:
+    if codec in FLOAT_CODECS:
+        return Encoded(rows, None, None, width, torch.finfo(FLOAT_CODECS[codec]).bits)
+    bits = int(codec[3:])
+    k = packed_width(width, bits)
+    lo = rows[:, k: k + 4].contiguous().view(torch.float32).view(-1)
+    scale = rows[:, k + 4: k + 8].contiguous().view(torch.float32).view(-1)
+    return Encoded(rows[:, :k], lo, scale, width, bits)

@@ -1,0 +1,62 @@
+"""Codecs: exact packing, unbiased stochastic rounding, variance as theory says, degenerate rows survive."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gnn_dist import codec
+
+
+@pytest.mark.parametrize("bits", codec.INT_BITS)
+@pytest.mark.parametrize("width", [1, 3, 7, 16, 33])
+def test_pack_round_trips_exactly(bits, width):
+    g = torch.Generator().manual_seed(bits * 100 + width)
+    q = torch.randint(0, 2**bits, (11, width), generator=g, dtype=torch.uint8)
+    p = codec.pack(q, bits)
+    assert p.shape == (11, codec.packed_width(width, bits))
+    assert torch.equal(codec.unpack(p, bits, width), q)
+
+
+@pytest.mark.parametrize("bits", codec.INT_BITS)
+def test_decoding_is_unbiased_and_variance_matches_theory(bits):
+    g = torch.Generator().manual_seed(bits)
+    x = torch.randn(40, 24, generator=g) * torch.logspace(-3, 1, 40).unsqueeze(1)
+    trials = 2000
+    err_sum = torch.zeros_like(x, dtype=torch.float64)
+    sq_sum = torch.zeros_like(x, dtype=torch.float64)
+    for _ in range(trials):
+        d = codec.decode(codec.encode(x, f"int{bits}", g)).double() - x.double()
+        err_sum += d
+        sq_sum += d * d
+    var = codec.rounding_variance(x, bits)
+    # aggregate z-test: the summed error of all elements and trials against its theoretical spread
+    z = err_sum.sum() / math.sqrt(trials * var.sum())
+    assert abs(z) < 4.0, z
+    emp = sq_sum.sum() / trials
+    assert abs(emp / var.sum() - 1) < 0.10, (emp, var.sum())
+
+
+@pytest.mark.parametrize("bits", codec.INT_BITS)
+def test_constant_rows_and_tiny_gradients_survive(bits):
+    x = torch.stack([torch.full((9,), 3.25), torch.zeros(9), torch.linspace(-1e-8, 1e-8, 9)])
+    e = codec.encode(x, f"int{bits}", torch.Generator().manual_seed(0))
+    d = codec.decode(e)
+    assert torch.equal(d[0], x[0]) and torch.equal(d[1], x[1])
+    assert torch.equal(e.payload[:2], torch.zeros_like(e.payload[:2]))
+    step = 2e-8 / (2**bits - 1)
+    assert ((d[2] - x[2]).abs() <= step * 1.0001).all()
+    assert torch.isfinite(d).all()
+
+
+def test_wire_bytes_match_what_is_sent():
+    x = torch.randn(13, 10)
+    for name in codec.CODECS:
+        assert codec.encode(x, name).nbytes() == codec.wire_bytes(13, 10, name)
+
+
+def test_float_codecs_round_trip():
+    x = torch.randn(5, 6)
+    assert torch.equal(codec.decode(codec.encode(x, "fp32")), x)
+    assert torch.allclose(codec.decode(codec.encode(x, "bf16")), x, rtol=1e-2)
