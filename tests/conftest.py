@@ -36,3 +36,11 @@ def small_sbm():
 def write_npz_graph(path: Path, src, dst, x, y, **extra) -> Path:
     np.savez(path, src=np.asarray(src), dst=np.asarray(dst), x=np.asarray(x), y=np.asarray(y), **extra)
     return path
+
+
+def cli_partition(folder: Path, dataset: str, parts: int) -> Path:
+    """Partition through the CLI, as a user would, into folder/<dataset>-<parts>."""
+    out = folder / f"{dataset}-{parts}"
+    r = run_cli("partition", "--dataset", dataset, "--parts", str(parts), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return out

@@ -8,17 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli_partition, run_cli
 
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 
 
 @pytest.fixture(scope="module")
 def karate2(tmp_path_factory):
-    out = tmp_path_factory.mktemp("train") / "karate-2"
-    r = run_cli("partition", "--dataset", "karate", "--parts", "2", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    return out
+    return cli_partition(tmp_path_factory.mktemp("train"), "karate", 2)
 
 
 def _one_line(r, needle):

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli_partition
 
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 EPOCHS = 60
@@ -43,10 +43,7 @@ def final_loss(log: Path) -> float:
 
 @pytest.fixture(scope="module")
 def cora4(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fault") / "cora-4"
-    r = run_cli("partition", "--dataset", "cora", "--parts", "4", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    return out
+    return cli_partition(tmp_path_factory.mktemp("fault"), "cora", 4)
 
 
 def test_killed_rank_stops_everyone_and_resume_matches(cora4, tmp_path):
