@@ -96,12 +96,12 @@ def quantize(x: torch.Tensor, bits: int, generator: torch.Generator | None = Non
     scale = (hi - lo) / (2**bits - 1)
     flat = scale == 0
     inv = torch.where(flat, torch.zeros_like(scale), scale.reciprocal())  # flat rows -> code 0
-    # (x - lo) / scale + u == x * inv - lo * inv + u, computed in place in a reused workspace:
-    # a fresh buffer per call costs more in page faults than the arithmetic
-    q = torch.mul(x, inv, out=_workspace(x.shape, x.device))
-    q.sub_(lo * inv)
+    # (x - lo) / scale + u == x * inv + (-lo * inv) + u, in place in a reused workspace (a fresh
+    # buffer per call costs more in page faults than the arithmetic). The values are >= 0, so the
+    # truncating cast to uint8 is the floor; only the top needs clamping against rounding.
+    q = torch.addcmul(-lo * inv, x, inv, out=_workspace(x.shape, x.device))
     add_dither_(q.view(-1), generator)
-    q.floor_().clamp_(0, 2**bits - 1)
+    q.clamp_(max=2**bits - 1)
     return q.to(torch.uint8), lo.squeeze(1), scale.squeeze(1)
 
 

@@ -1,12 +1,19 @@
-"""Halo exchange (DESIGN sec. 4): one all_to_all_single per layer and direction.
+"""Halo exchange (DESIGN sec. 4-6): one all_to_all per layer and direction, optionally cheap.
 
 Forward sends `x[send_idx]` to the parts that hold those rows as halo; the
 receive buffer *is* the halo block because the partitioner ordered halo rows
 in the owner's send order. Backward is the mirror: halo-row gradients go back
 to their owners and are summed in at `send_idx`.
+
+Each (direction, layer) is a channel. Per channel and peer, messages may be
+encoded (`codec`, or `adaptive` bit-widths from `gnn_dist.adaptive`), reused
+from up to `staleness` epochs ago while the fresh block travels in the
+background (PipeGCN), or sent only for rows that changed by more than
+`skip_threshold` (Sancus). Evaluation (`exact`) always sends fp32, fresh.
 """
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass, field
 
@@ -14,92 +21,280 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist import codec
+from gnn_dist.adaptive import AdaptivePolicy
+
+
+@dataclass
+class ExchangeConfig:
+    """How training messages travel; the defaults are exact."""
+
+    codec: str = "fp32"  # fp32 | fp16 | bf16 | int8 | int4 | int2 | adaptive
+    staleness: int = 0  # use blocks from up to this many epochs ago (0: fresh)
+    momentum: float = 0.0  # stale blocks: used = m * previous used + (1 - m) * received
+    skip_threshold: float = 0.0  # resend a row only if its relative change exceeds this
+    refresh_every: int = 10  # with skipping: send every row at least this often (epochs)
+    adaptive_every: int = 50  # adaptive: re-solve bit-widths every N epochs
+    budget_bits: int = 4  # adaptive: each link may spend the wire time of uniform int<budget_bits>
+
+    def validate(self) -> "ExchangeConfig":
+        if self.codec not in codec.CODECS + ("adaptive",):
+            raise ValueError(f"unknown codec '{self.codec}' (choose from {', '.join(codec.CODECS + ('adaptive',))})")
+        if self.staleness < 0 or not 0 <= self.momentum < 1 or self.skip_threshold < 0 or self.refresh_every < 1:
+            raise ValueError("staleness >= 0, 0 <= momentum < 1, skip_threshold >= 0, refresh_every >= 1 required")
+        if self.staleness and self.skip_threshold:
+            raise ValueError("staleness and skip_threshold cannot be combined (choose one cache policy)")
+        if self.budget_bits not in codec.INT_BITS:
+            raise ValueError(f"budget_bits must be one of {codec.INT_BITS}")
+        return self
+
+    @property
+    def is_exact(self) -> bool:
+        return self.codec == "fp32" and not self.staleness and not self.skip_threshold
 
 
 @dataclass
 class ChannelStats:
-    """Per-direction counters the trainer logs each epoch."""
+    """Per channel, accumulated over one epoch and reset when logged."""
 
-    bytes_sent: int = 0
+    bytes_per_peer: list = field(default_factory=list)
+    rows_per_peer: list = field(default_factory=list)
     wait_s: float = 0.0
     calls: int = 0
+    qvar: float = 0.0  # expected quantisation variance summed over elements sent
+    elements: int = 0
+
+    def add(self, nbytes: list[int], rows: list[int]) -> None:
+        if not self.bytes_per_peer:
+            self.bytes_per_peer, self.rows_per_peer = [0] * len(nbytes), [0] * len(rows)
+        for i, (b, r) in enumerate(zip(nbytes, rows)):
+            self.bytes_per_peer[i] += b
+            self.rows_per_peer[i] += r
+        self.calls += 1
 
     def reset(self) -> dict:
-        out = {"bytes_sent": self.bytes_sent, "wait_s": round(self.wait_s, 6), "calls": self.calls}
-        self.bytes_sent, self.wait_s, self.calls = 0, 0.0, 0
+        out = {"bytes": self.bytes_per_peer, "rows": self.rows_per_peer, "wait_s": round(self.wait_s, 6),
+               "calls": self.calls, "qvar": self.qvar / max(self.elements, 1)}
+        self.__init__()
         return out
 
 
 class Pending:
-    """An exchange in flight; `wait()` returns the received rows, decoded."""
+    """An exchange in flight; `wait()` returns the received rows, decoded (once; later calls reuse them)."""
 
-    def __init__(self, work, out: torch.Tensor, stats: ChannelStats, shape_tail: tuple, codec_name: str = "fp32",
-                 width: int = 0, dtype: torch.dtype = torch.float32):
-        self.work, self.out, self.stats, self.shape_tail = work, out, stats, shape_tail
-        self.codec, self.width, self.dtype = codec_name, width, dtype
+    def __init__(self, work, finish, stats: ChannelStats):
+        self.work, self.finish, self.stats, self.result = work, finish, stats, None
 
     def wait(self) -> torch.Tensor:
-        if self.work is not None:
-            t = time.perf_counter()
-            self.work.wait()
-            self.stats.wait_s += time.perf_counter() - t
-        out = self.out
-        if self.codec != "fp32":
-            out = codec.decode(codec.from_rows(out, self.codec, self.width), self.dtype)
-        return out.view(out.shape[0], *self.shape_tail)
+        if self.result is None:
+            if self.work is not None:
+                t = time.perf_counter()
+                self.work.wait()
+                self.stats.wait_s += time.perf_counter() - t
+            self.result = self.finish()
+        return self.result
 
 
-@dataclass
+class Ready:
+    """A block already at hand (stale or cached), with the same interface as Pending."""
+
+    def __init__(self, value: torch.Tensor):
+        self.result = value
+
+    def wait(self) -> torch.Tensor:
+        return self.result
+
+
 class HaloExchange:
-    """Send/receive plan of one rank; the same plan serves every layer."""
+    """Send/receive plan of one rank plus the per-channel state of the cheap-exchange policies."""
 
-    send_idx: torch.Tensor  # int64 local ids of inner rows sent, grouped by destination
-    send_counts: list[int]
-    recv_counts: list[int]
-    group: object = None
-    codec: str = "fp32"  # wire format of training messages; evaluation always sends fp32
-    exact: bool = False  # set by the trainer while evaluating
-    forward_stats: ChannelStats = field(default_factory=ChannelStats)
-    backward_stats: ChannelStats = field(default_factory=ChannelStats)
+    def __init__(self, send_idx: torch.Tensor, send_counts: list[int], recv_counts: list[int], group=None,
+                 config: ExchangeConfig | None = None, rank: int = 0):
+        self.send_idx, self.send_counts, self.recv_counts = send_idx, list(send_counts), list(recv_counts)
+        self.group, self.rank = group, rank
+        self.config = (config or ExchangeConfig()).validate()
+        self.exact = False  # set by the trainer while evaluating
+        self.stats: dict[str, ChannelStats] = collections.defaultdict(ChannelStats)
+        self.epoch, self._fwd, self._bwd, self.num_layers = 0, 0, 0, 0
+        self._queues: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+        self._used: dict[str, torch.Tensor] = {}
+        self._sent_ref: dict[str, torch.Tensor] = {}
+        self._held: dict[str, torch.Tensor] = {}
+        self.policy = AdaptivePolicy(self, self.config) if self.config.codec == "adaptive" else None
 
+    # ------------------------------------------------------------- plan sizes
     @property
     def num_halo(self) -> int:
         return sum(self.recv_counts)
 
+    @property
+    def num_peers(self) -> int:
+        return len(self.send_counts)
+
+    def bits_for(self, channel: str, src: int, dst: int) -> str:
+        """Codec name of the block `src` sends to `dst` on `channel` (same answer on every rank)."""
+        if self.policy is not None:
+            return self.policy.codec_for(channel, src, dst)
+        return self.config.codec
+
+    # ---------------------------------------------------------------- epochs
+    def begin_epoch(self) -> None:
+        """Channels are numbered by call order within an epoch; a forward after a backward starts the next."""
+        if self._fwd:
+            self.num_layers = max(self.num_layers, self._fwd)
+            self.epoch += 1
+        self._fwd = self._bwd = 0
+        if self.policy is not None:
+            self.policy.maybe_solve(self.epoch)
+
+    def epoch_metrics(self) -> dict:
+        out = {}
+        for name in sorted(self.stats):
+            rec = self.stats[name].reset()
+            rec["staleness"] = self.config.staleness
+            if self.policy is not None:
+                rec["bits"] = [int(self.bits_for(name, self.rank, p)[3:]) if p != self.rank else 0
+                               for p in range(self.num_peers)]
+            out[name] = rec
+        return out
+
+    # ------------------------------------------------------------- the wire
     def _a2a(self, rows: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int],
-             stats: ChannelStats) -> Pending:
+             channel: str | None, direction: str) -> Pending:
+        """Encode per peer, one all_to_all, decode per peer on wait."""
         tail = tuple(rows.shape[1:])
         flat = rows.reshape(rows.shape[0], -1).contiguous()
-        name = "fp32" if self.exact or flat.dtype != torch.float32 else self.codec
         width, dtype = flat.shape[1], flat.dtype
-        if name != "fp32":
-            flat = codec.to_rows(codec.encode(flat, name))
-        out = torch.empty(out_rows, flat.shape[1], dtype=flat.dtype, device=flat.device)
-        work = dist.all_to_all_single(out, flat, out_splits, in_splits, group=self.group, async_op=True)
-        stats.bytes_sent += flat.numel() * flat.element_size()
-        stats.calls += 1
-        return Pending(work, out, stats, tail, name, width, dtype)
+        stats = self.stats[channel or f"{direction}.eval"]
+        send_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, self.rank, p))
+                      for p in range(self.num_peers)]
+        recv_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, p, self.rank))
+                      for p in range(self.num_peers)]
+        if all(n == "fp32" for n in send_names + recv_names):
+            out = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
+            work = dist.all_to_all_single(out, flat, out_splits, in_splits, group=self.group, async_op=True)
+            stats.add([r * width * flat.element_size() for r in in_splits], in_splits)
+            return Pending(work, lambda: out.view(out_rows, *tail), stats)
+        blocks, nbytes = [], []
+        for p, block in enumerate(torch.split(flat, in_splits)):
+            if block.shape[0] == 0:
+                blocks.append(torch.zeros(0, dtype=torch.uint8, device=flat.device))
+                nbytes.append(0)
+                continue
+            enc = codec.encode(block, send_names[p])
+            if enc.lo is not None:
+                stats.qvar += float((enc.scale.double() ** 2).sum()) * width / 6.0
+                stats.elements += block.numel()
+                if self.policy is not None:
+                    self.policy.observe(channel, p, width, enc.scale, enc.bits)
+            b = codec.to_rows(enc).reshape(-1).view(torch.uint8) if enc.lo is not None else \
+                enc.payload.contiguous().view(torch.uint8).reshape(-1)
+            blocks.append(b)
+            nbytes.append(b.numel())
+        send_buf = torch.cat(blocks) if blocks else torch.zeros(0, dtype=torch.uint8, device=flat.device)
+        recv_bytes = [codec.wire_bytes(r, width, n) for r, n in zip(out_splits, recv_names)]
+        out = torch.empty(sum(recv_bytes), dtype=torch.uint8, device=flat.device)
+        work = dist.all_to_all_single(out, send_buf, recv_bytes, nbytes, group=self.group, async_op=True)
+        stats.add(nbytes, in_splits)
 
-    def start(self, x: torch.Tensor) -> Pending:
-        """Begin sending the rows peers need; x holds this rank's inner rows."""
-        return self._a2a(x.detach()[self.send_idx], self.num_halo, self.recv_counts, self.send_counts,
-                         self.forward_stats)
+        def finish() -> torch.Tensor:
+            parts = []
+            for p, (chunk, r) in enumerate(zip(torch.split(out, recv_bytes), out_splits)):
+                name = recv_names[p]
+                if r == 0:
+                    continue
+                if name in codec.FLOAT_CODECS:
+                    t = chunk.view(codec.FLOAT_CODECS[name]).view(r, width)
+                    parts.append(t.to(dtype))
+                else:
+                    parts.append(codec.decode(codec.from_rows(chunk.view(r, -1), name, width), dtype))
+            res = torch.cat(parts) if parts else torch.zeros(0, width, dtype=dtype, device=flat.device)
+            return res.view(out_rows, *tail)
 
-    def start_backward(self, halo_grad: torch.Tensor) -> Pending:
+        return Pending(work, finish, stats)
+
+    # ----------------------------------------------------------- directions
+    def start(self, x: torch.Tensor):
+        """Begin sending the rows peers need (x: this rank's inner rows); returns something to wait on."""
+        rows = x.detach()[self.send_idx]
+        if self.exact:
+            return self._a2a(rows, self.num_halo, self.recv_counts, self.send_counts, None, "fwd")
+        if self._bwd:
+            self.begin_epoch()
+        channel = f"fwd.L{self._fwd}"
+        self._fwd += 1
+        if self.config.skip_threshold:
+            return self._start_skipping(rows, channel)
+        pending = self._a2a(rows, self.num_halo, self.recv_counts, self.send_counts, channel, "fwd")
+        return self._through_cache(channel, pending)
+
+    def start_backward(self, halo_grad: torch.Tensor):
         """Begin returning halo-row gradients to their owners."""
-        return self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts,
-                         self.backward_stats)
+        if self.exact:
+            return self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, None, "bwd")
+        layers = max(self.num_layers, self._fwd)
+        channel = f"bwd.L{layers - 1 - self._bwd}"
+        self._bwd += 1
+        pending = self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, channel, "bwd")
+        return self._through_cache(channel, pending)
 
     def scatter_back(self, grad_inner: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
         """Sum gradients that peers computed for our rows into our inner-row gradient."""
         return grad_inner.index_add_(0, self.send_idx, received.to(grad_inner.dtype))
+
+    # ---------------------------------------------------------------- caches
+    def _through_cache(self, channel: str, pending: Pending):
+        """staleness S: hand out the block started S epochs ago; the fresh one travels meanwhile."""
+        s = self.config.staleness
+        if not s:
+            return pending
+        q = self._queues[channel]
+        q.append(pending)
+        block = None
+        while len(q) > s:
+            block = q.popleft().wait()
+        if block is None:  # warm-up: nothing old enough yet, use the freshest
+            block = pending.wait()
+        m = self.config.momentum
+        if m and channel in self._used and self._used[channel].shape == block.shape:
+            block = m * self._used[channel] + (1 - m) * block
+        self._used[channel] = block
+        return Ready(block)
+
+    def _start_skipping(self, rows: torch.Tensor, channel: str):
+        """Send only rows that moved by more than the threshold since last sent; refresh all periodically."""
+        ref = self._sent_ref.get(channel)
+        flat = rows.reshape(rows.shape[0], -1)
+        if ref is None or self.epoch % self.config.refresh_every == 0:
+            send = torch.ones(flat.shape[0], dtype=torch.bool, device=flat.device)
+        else:
+            change = (flat - ref).norm(dim=1) / (ref.norm(dim=1) + 1e-12)
+            send = change > self.config.skip_threshold
+        flags = torch.empty(self.num_halo, dtype=torch.uint8, device=flat.device)
+        dist.all_to_all_single(flags, send.to(torch.uint8), self.recv_counts, self.send_counts, group=self.group)
+        flags = flags.bool()
+        new_ref = flat.clone() if ref is None else ref.clone()
+        new_ref[send] = flat[send]
+        self._sent_ref[channel] = new_ref
+        in_splits = [int(s.sum()) for s in torch.split(send, self.send_counts)]
+        out_splits = [int(f.sum()) for f in torch.split(flags, self.recv_counts)]
+        pending = self._a2a(rows[send], sum(out_splits), out_splits, in_splits, channel, "fwd")
+        held = self._held.get(channel)
+
+        def merge() -> torch.Tensor:
+            got = pending.wait()
+            block = got.new_zeros((self.num_halo,) + tuple(got.shape[1:])) if held is None else held.clone()
+            block[flags] = got
+            self._held[channel] = block
+            return block
+
+        return Pending(None, merge, self.stats[channel])
 
 
 class HaloWait(torch.autograd.Function):
     """Autograd edge for an exchange started outside autograd: forward waits, backward sends gradients home."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, pending: Pending, exchange: HaloExchange) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, pending, exchange: HaloExchange) -> torch.Tensor:
         ctx.exchange, ctx.num_inner = exchange, x.shape[0]
         return pending.wait()
 

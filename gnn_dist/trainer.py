@@ -116,8 +116,7 @@ class Trainer:
             if self.eval_every and ((epoch + 1) % self.eval_every == 0 or epoch + 1 == epochs):
                 record.update(self.evaluate())
             if self.graph.exchange is not None:
-                record["halo_forward"] = self.graph.exchange.forward_stats.reset()
-                record["halo_backward"] = self.graph.exchange.backward_stats.reset()
+                record["halo"] = self.graph.exchange.epoch_metrics()
             self._log(record)
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{record.get('val_acc', float('nan')):.3f}", s=f"{dt:.3f}")
             if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:

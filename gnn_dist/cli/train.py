@@ -22,8 +22,18 @@ def add_parser(sub) -> None:
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--seed", type=int, default=0, help="model and dropout seed (rank 0's value is used everywhere)")
     p.add_argument("--normalize-features", action="store_true", help="row-normalise input features")
-    p.add_argument("--codec", default="fp32", choices=["fp32", "fp16", "bf16", "int8", "int4", "int2"],
-                   help="wire format of halo messages and gradients in training (default fp32: exact)")
+    p.add_argument("--codec", default="fp32", choices=["fp32", "fp16", "bf16", "int8", "int4", "int2", "adaptive"],
+                   help="wire format of halo messages and gradients in training (default fp32: exact); "
+                        "adaptive picks 2/4/8 bits per layer, peer and direction")
+    p.add_argument("--budget-bits", type=int, default=4, choices=[2, 4, 8],
+                   help="adaptive: each link may take as long as the slowest link at uniform int<B> (default 4)")
+    p.add_argument("--adaptive-every", type=int, default=50, help="adaptive: re-solve bit-widths every N epochs")
+    p.add_argument("--staleness", type=int, default=0,
+                   help="use halo blocks from up to S epochs ago while fresh ones travel (default 0: exact)")
+    p.add_argument("--stale-momentum", type=float, default=0.0, help="smooth stale blocks with this momentum")
+    p.add_argument("--skip-threshold", type=float, default=0.0,
+                   help="resend a halo row only when its relative change exceeds this (default 0: always)")
+    p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (0: only at the end)")
     p.add_argument("--log", default=None, help="append per-epoch metrics as JSON lines to this file (rank 0)")
@@ -37,6 +47,17 @@ def add_parser(sub) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
+
+
+def exchange_config(a: argparse.Namespace):
+    from gnn_dist.exchange import ExchangeConfig
+
+    try:
+        return ExchangeConfig(codec=a.codec, staleness=a.staleness, momentum=a.stale_momentum,
+                              skip_threshold=a.skip_threshold, refresh_every=a.refresh_every,
+                              adaptive_every=a.adaptive_every, budget_bits=a.budget_bits).validate()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def check_args(a: argparse.Namespace) -> None:
@@ -55,6 +76,7 @@ def check_args(a: argparse.Namespace) -> None:
     for ok, msg in rules:
         if not ok:
             raise UsageError(msg)
+    exchange_config(a)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
     graph = load_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify,
-                           codec=args.codec)
+                           exchange=exchange_config(args))
     if args.normalize_features:
         graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1)
     torch.manual_seed(args.seed)
