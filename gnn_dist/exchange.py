@@ -146,12 +146,19 @@ class HaloExchange:
         if self.policy is not None:
             self.policy.maybe_solve(self.epoch)
 
+    def drain(self) -> None:
+        """Wait for every background (stale) exchange still in flight: a process group must not close under one."""
+        for q in self._queues.values():
+            while q:
+                q.popleft().wait()
+
     def epoch_metrics(self) -> dict:
         out = {}
         for name in sorted(self.stats):
             rec = self.stats[name].reset()
-            rec["staleness"] = self.config.staleness
-            if self.policy is not None:
+            train = not name.endswith("eval")
+            rec["staleness"] = self.config.staleness if train else 0
+            if self.policy is not None and train:
                 rec["bits"] = [int(self.bits_for(name, self.rank, p)[3:]) if p != self.rank else 0
                                for p in range(self.num_peers)]
             out[name] = rec
@@ -162,7 +169,7 @@ class HaloExchange:
              channel: str | None, direction: str) -> Pending:
         """Encode per peer, one all_to_all, decode per peer on wait."""
         tail = tuple(rows.shape[1:])
-        flat = rows.reshape(rows.shape[0], -1).contiguous()
+        flat = rows.flatten(1).contiguous()
         width, dtype = flat.shape[1], flat.dtype
         stats = self.stats[channel or f"{direction}.eval"]
         send_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, self.rank, p))
@@ -263,7 +270,7 @@ class HaloExchange:
     def _start_skipping(self, rows: torch.Tensor, channel: str):
         """Send only rows that moved by more than the threshold since last sent; refresh all periodically."""
         ref = self._sent_ref.get(channel)
-        flat = rows.reshape(rows.shape[0], -1)
+        flat = rows.flatten(1)
         if ref is None or self.epoch % self.config.refresh_every == 0:
             send = torch.ones(flat.shape[0], dtype=torch.bool, device=flat.device)
         else:

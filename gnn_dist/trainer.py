@@ -122,6 +122,8 @@ class Trainer:
             if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:
                 self.save_checkpoint(epoch)
         bar.close()
+        if self.graph.exchange is not None:
+            self.graph.exchange.drain()
         if "test_acc" not in record and epochs > start:
             record.update(self.evaluate())
         return record

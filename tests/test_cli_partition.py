@@ -145,3 +145,17 @@ def test_shipped_data_found_outside_the_source_tree(tmp_path):
     """Run from an unrelated folder so only the installed locations can supply Cora."""
     r = run_cli("partition", "--dataset", "cora", "--parts", "2", "--out", str(tmp_path / "o"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+def test_info_summarises_a_training_log(tmp_path):
+    log = tmp_path / "run.jsonl"
+    rec = {"epoch": 0, "loss": 1.5, "epoch_time": 0.5, "test_acc": 0.25,
+           "halo": {"fwd.L0": {"bytes": [0, 2000, 4000], "wait_s": 0.002, "staleness": 1, "qvar": 0.5,
+                               "bits": [0, 8, 4]}}}
+    log.write_text("\n".join(json.dumps(dict(rec, epoch=e)) for e in range(2)) + "\n")
+    r = run_cli("info", "--run", str(log))
+    assert r.returncode == 0, r.stderr
+    assert "2 epochs" in r.stdout and "test_acc 0.2500" in r.stdout
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("fwd.L0"))
+    assert "0.0/2.0/4.0" in row and "0/8/4" in row and "2.00" in row
+    _assert_error(run_cli("info", "--run", str(tmp_path / "nope.jsonl")), "does not exist")

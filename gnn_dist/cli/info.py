@@ -7,12 +7,20 @@ import argparse
 def add_parser(sub) -> None:
     p = sub.add_parser("info", help="show a partition directory's stats",
                        description="Print the stats table of a partition directory after checking its checksums.")
-    p.add_argument("path", help="partition directory")
+    p.add_argument("path", nargs="?", help="partition directory")
+    p.add_argument("--run", dest="run_log", default=None, metavar="LOG", help="summarise a training log (--log JSONL) instead")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of every file")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.run_log:
+        print(summarise_run(args.run_log))
+        return 0
+    if not args.path:
+        from gnn_dist.cli.main import UsageError
+
+        raise UsageError("give a partition directory or --run LOG")
     from partition import format_stats
     from partition.store import read_meta, verify_partition
 
@@ -23,3 +31,47 @@ def run(args: argparse.Namespace) -> int:
     if "stats" in meta:
         print(format_stats(meta["stats"], meta["parts"]))
     return 0
+
+
+def summarise_run(path: str) -> str:
+    """Per-channel means over a training log: bytes per peer, time waited, staleness, bits, quantisation variance."""
+    import json
+    from pathlib import Path
+
+    from partition.errors import PartitionError
+
+    f = Path(path)
+    if not f.is_file():
+        raise PartitionError(f"training log {f} does not exist")
+    try:
+        records = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as e:
+        raise PartitionError(f"training log {f} is not JSON lines: {e}") from None
+    if not records:
+        raise PartitionError(f"training log {f} is empty")
+    n = len(records)
+    last = records[-1]
+    lines = [f"{f}: {n} epochs, mean epoch {sum(r['epoch_time'] for r in records) / n:.4f} s, "
+             f"final loss {last['loss']:.4f}"
+             + "".join(f", {k} {last[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in last)]
+    channels: dict = {}
+    for r in records:
+        for name, c in r.get("halo", {}).items():
+            agg = channels.setdefault(name, {"bytes": None, "wait_s": 0.0, "qvar": 0.0, "n": 0, "staleness": 0, "bits": None})
+            b = c.get("bytes") or []
+            agg["bytes"] = b if agg["bytes"] is None else [x + y for x, y in zip(agg["bytes"], b)]
+            agg["wait_s"] += c.get("wait_s", 0.0)
+            agg["qvar"] += c.get("qvar", 0.0)
+            agg["n"] += 1
+            agg["staleness"] = c.get("staleness", 0)
+            agg["bits"] = c.get("bits", agg["bits"])
+    if channels:
+        lines.append(f"{'channel':<10} {'KB/epoch per peer (rank 0 sends)':<36} {'wait ms':>8} {'stale':>5} "
+                     f"{'bits per peer':<16} {'quant var':>10}")
+        for name in sorted(channels):
+            a = channels[name]
+            kb = "/".join(f"{x / a['n'] / 1e3:.1f}" for x in (a["bytes"] or []))
+            bits = "/".join(str(b) for b in a["bits"]) if a["bits"] else "-"
+            lines.append(f"{name:<10} {kb:<36} {1e3 * a['wait_s'] / a['n']:>8.2f} {a['staleness']:>5} {bits:<16} "
+                         f"{a['qvar'] / a['n']:>10.3g}")
+    return "\n".join(lines)

@@ -128,7 +128,7 @@ class MessagePassing(nn.Module):
 
     @staticmethod
     def _pack(tensors):
-        flat = [t.reshape(t.shape[0], -1) for t in tensors]
+        flat = [t.flatten(1) for t in tensors]
         return torch.cat(flat, dim=1), [f.shape[1] for f in flat], [tuple(t.shape[1:]) for t in tensors]
 
     @staticmethod

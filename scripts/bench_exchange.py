@@ -1,0 +1,188 @@
+"""Cheap exchange, measured in the network lab: one table and one plot from one run (needs root).
+
+    python scripts/bench_exchange.py [--dataset SPEC] [--parts 4] [--rate 1gbit] [--epochs 30] [--png F]
+
+Brings up the lab (scripts/netlab.py), partitions the data set, and trains the
+same model under each exchange setting, one rank per namespace: exact without
+and with overlap, int8, int4, adaptive, staleness=1, adaptive + staleness, and
+a compute-only run (halo rows replaced by zeros, nothing sent) as the floor.
+Prints epoch time and halo bytes per epoch with ratios against exact
+no-overlap and against max(compute-only, busiest rank's bytes / link rate),
+then plots final test accuracy against epoch time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+SETTINGS = {
+    "exact-no-overlap": ["--codec", "fp32", "--no-overlap"],
+    "exact-overlap": ["--codec", "fp32"],
+    "int8": ["--codec", "int8"],
+    "int4": ["--codec", "int4"],
+    "adaptive": ["--codec", "adaptive"],
+    "stale1": ["--staleness", "1"],
+    "adaptive+stale1": ["--codec", "adaptive", "--staleness", "1"],
+    "compute-only": ["--compute-only"],
+}
+
+
+class NoExchange:
+    """Stands in for HaloExchange: zeros arrive at once, nothing is sent (the compute floor)."""
+
+    def __init__(self, ex):
+        self.ex, self.exact = ex, False
+        from gnn_dist.exchange import Ready
+
+        self.Ready = Ready
+
+    def start(self, x):
+        return self.Ready(x.new_zeros((self.ex.num_halo,) + tuple(x.shape[1:])))
+
+    def start_backward(self, g):
+        return self.Ready(g.new_zeros((int(self.ex.send_idx.shape[0]),) + tuple(g.shape[1:])))
+
+    def scatter_back(self, grad, received):
+        return grad
+
+    def epoch_metrics(self):
+        return {}
+
+
+def worker(a: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from gnn_dist.exchange import ExchangeConfig
+    from gnn_dist.launch import init
+    from gnn_dist.loader import load_partition
+    from gnn_dist.nn import build_model
+    from gnn_dist.trainer import Trainer
+    from partition.store import read_meta
+
+    ctx = init(expected_world=read_meta(a.worker)["num_parts"], timeout_s=600)
+    cfg = ExchangeConfig(codec=a.codec, staleness=a.staleness, adaptive_every=10**9)
+    graph = load_partition(a.worker, ctx, overlap=not a.no_overlap, verify=False, exchange=cfg)
+    if a.compute_only:
+        graph.exchange = NoExchange(graph.exchange)
+    torch.manual_seed(0)
+    model = build_model(a.model, graph.num_features, a.hidden, graph.num_classes, layers=2, dropout=0.5)
+    tr = Trainer(model, graph, ctx, progress=False, eval_every=0, lr=0.01)
+    times, sent = [], []
+    for e in range(a.epochs):
+        dist.barrier()
+        t = time.perf_counter()
+        tr.train_step(e)
+        times.append(time.perf_counter() - t)
+        m = graph.exchange.epoch_metrics()
+        sent.append(sum(sum(v["bytes"]) for k, v in m.items() if not k.endswith("eval")))
+    graph.exchange.drain() if hasattr(graph.exchange, "drain") else None
+    acc = tr.evaluate()["test_acc"]
+    warm = 2
+    per_rank = [None] * ctx.world_size
+    dist.all_gather_object(per_rank, sum(sent[warm:]) / (a.epochs - warm))
+    t_epoch = torch.tensor([sum(times[warm:]) / (a.epochs - warm)])
+    dist.all_reduce(t_epoch, op=dist.ReduceOp.MAX)
+    if ctx.is_main:
+        Path(a.result).write_text(json.dumps({"epoch_s": float(t_epoch), "bytes_per_rank": per_rank,
+                                              "test_acc": acc}))
+    ctx.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="sbm:nodes=50000,avg_degree=20,homophily=0.5,features=128,classes=8")
+    ap.add_argument("--parts", type=int, default=4)
+    ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--model", default="gcn")
+    ap.add_argument("--png", default="bench_exchange.png")
+    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(SETTINGS)}")
+    for flag in ("--worker", "--result", "--codec"):
+        ap.add_argument(flag, default=None if flag != "--codec" else "fp32", help=argparse.SUPPRESS)
+    ap.add_argument("--staleness", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--no-overlap", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--compute-only", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a)
+
+    import netlab
+
+    from gnn_dist.cli import main as cli
+
+    rate_bps = {"k": 1e3, "m": 1e6, "g": 1e9}[a.rate.lower().rstrip("bit")[-1]] * float(a.rate.lower().rstrip("bit")[:-1]) / 8
+    settings = {k: v for k, v in SETTINGS.items() if not a.only or k in a.only.split(",")}
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        part = Path(tmp) / "part"
+        if cli(["partition", "--dataset", a.dataset, "--parts", str(a.parts), "--out", str(part)]) != 0:
+            raise SystemExit("partitioning failed")
+        netlab.down()
+        netlab.up(a.parts, a.rate, None)
+        try:
+            for i, (name, flags) in enumerate(settings.items()):
+                res = Path(tmp) / f"r{i}.json"
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(part), "--result", str(res),
+                       "--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, *flags]
+                t = time.perf_counter()
+                code = netlab.run(cmd, port=29500 + i, timeout=1800)
+                if code != 0 or not res.exists():
+                    raise SystemExit(f"setting '{name}' failed (exit {code})")
+                results[name] = json.loads(res.read_text())
+                r = results[name]
+                print(f"[bench] {name}: {r['epoch_s']:.3f} s/epoch, acc {r['test_acc']:.4f} ({time.perf_counter() - t:.0f}s)",
+                      file=sys.stderr)
+        finally:
+            netlab.down()
+    report(a, results, rate_bps)
+
+
+def report(a, results: dict, rate_bps: float) -> None:
+    base = results.get("exact-no-overlap", {}).get("epoch_s")
+    floor_c = results.get("compute-only", {}).get("epoch_s", 0.0)
+    print(f"\n{a.dataset}, {a.parts} ranks in the lab at {a.rate} per link, {a.model} hidden {a.hidden}, "
+          f"{a.epochs} epochs (mean of epochs 3..{a.epochs})")
+    print(f"{'setting':<24} {'epoch s':>8} {'x exact':>8} {'MB/epoch/rank':>14} {'x bytes':>8} "
+          f"{'bound s':>8} {'x bound':>8} {'test acc':>8}")
+    base_b = max(results.get("exact-no-overlap", {}).get("bytes_per_rank", [1]))
+    for name, r in results.items():
+        b = max(r["bytes_per_rank"])
+        bound = max(floor_c, b / rate_bps)
+        ratio = f"{r['epoch_s'] / base:.2f}" if base else "-"
+        print(f"{name:<24} {r['epoch_s']:>8.3f} {ratio:>8} {b / 1e6:>14.2f} {b / max(base_b, 1):>8.3f} "
+              f"{bound:>8.3f} {r['epoch_s'] / bound if bound else float('nan'):>8.2f} {r['test_acc']:>8.4f}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: pip install 'gnn-dist[plot]' for the plot)")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (name, r) in enumerate(results.items()):
+        ax.scatter(r["epoch_s"], r["test_acc"], s=40)
+        ax.annotate(name, (r["epoch_s"], r["test_acc"]), textcoords="offset points", xytext=(5, 4 - 11 * (i % 3)),
+                    fontsize=8)
+    ax.set_xlabel(f"epoch time, s ({a.parts} ranks, {a.rate} links)")
+    ax.set_ylabel(f"test accuracy after {a.epochs} epochs")
+    ax.set_title(f"gnn-dist exchange settings on {a.dataset.split(',')[0]}")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(a.png, dpi=120)
+    print(f"plot: {a.png}")
+
+
+if __name__ == "__main__":
+    main()

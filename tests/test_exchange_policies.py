@@ -1,0 +1,99 @@
+"""Exchange policies on a one-rank gloo group (rank 0 sends its halo rows to itself), plus the bit solver."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from gnn_dist import codec
+from gnn_dist.adaptive import solve_bits, variance
+from gnn_dist.exchange import ExchangeConfig, HaloExchange
+
+
+@pytest.fixture(scope="module")
+def group():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield None
+    dist.destroy_process_group()
+
+
+def make(cfg: ExchangeConfig, n: int = 50) -> HaloExchange:
+    idx = torch.arange(0, n, 2)
+    return HaloExchange(idx, [idx.numel()], [idx.numel()], None, cfg, 0)
+
+
+def epoch(ex: HaloExchange, x: torch.Tensor) -> torch.Tensor:
+    """One training-like round: forward exchange, then a backward one (which ends the epoch)."""
+    got = ex.start(x).wait()
+    ex.start_backward(torch.zeros_like(got)).wait()
+    return got
+
+
+def test_fp32_is_exact(group):
+    x = torch.randn(50, 6)
+    assert torch.equal(epoch(make(ExchangeConfig()), x), x[::2])
+
+
+@pytest.mark.parametrize("name", ["int8", "int4", "int2", "fp16", "bf16"])
+def test_codecs_travel_and_decode(group, name):
+    x = torch.randn(50, 6)
+    ex = make(ExchangeConfig(codec=name))
+    got = epoch(ex, x)
+    step = (x[::2].amax(1) - x[::2].amin(1)).max() / (2 ** int(name[3:]) - 1) if name.startswith("int") else 0.02
+    assert (got - x[::2]).abs().max() <= step * 1.01 + 1e-6
+    sent = ex.epoch_metrics()["fwd.L0"]["bytes"][0]
+    assert sent == codec.wire_bytes(25, 6, name)
+
+
+def test_evaluation_is_exact_even_with_a_codec(group):
+    x = torch.randn(50, 6)
+    ex = make(ExchangeConfig(codec="int2"))
+    ex.exact = True
+    assert torch.equal(ex.start(x).wait(), x[::2])
+
+
+def test_staleness_hands_out_last_epochs_block(group):
+    ex = make(ExchangeConfig(staleness=1))
+    xs = [torch.full((50, 3), float(e)) for e in range(4)]
+    got = [epoch(ex, x) for x in xs]
+    assert torch.equal(got[0], xs[0][::2])  # warm-up: fresh
+    for e in (1, 2, 3):
+        assert torch.equal(got[e], xs[e - 1][::2])  # one epoch stale
+
+
+def test_skip_threshold_resends_only_rows_that_moved(group):
+    ex = make(ExchangeConfig(skip_threshold=0.1, refresh_every=3))
+    x0 = torch.ones(50, 4)
+    assert torch.equal(epoch(ex, x0), x0[::2])
+    ex.epoch_metrics()
+    x1 = x0.clone()
+    x1[0] = 5.0  # moved a lot: resent
+    x1[2] = 1.01  # moved 1%: skipped, the receiver keeps the old row
+    got = epoch(ex, x1)
+    assert torch.equal(got[0], x1[0]) and torch.equal(got[1], x0[2])
+    assert ex.epoch_metrics()["fwd.L0"]["rows"] == [1]
+    epoch(ex, x1)  # epoch 2
+    assert torch.equal(epoch(ex, x1), x1[::2])  # epoch 3: forced refresh sends everything
+
+
+def test_solver_spends_bits_where_variance_is():
+    groups = {("fwd.L0", 0, 1): (1000.0, 100, 64), ("fwd.L1", 0, 1): (1.0, 1000, 64)}
+    links = {(0, 1): (1e-8, 1e-4)}
+    bits = solve_bits(groups, links, budget_bits=4)
+    assert bits == {("fwd.L0", 0, 1): 8, ("fwd.L1", 0, 1): 2}
+    spent = sum(codec.wire_bytes(groups[g][1], 64, f"int{bits[g]}") for g in groups)
+    assert spent <= sum(codec.wire_bytes(groups[g][1], 64, "int4") for g in groups)
+    total = sum(variance(r, w, bits[g]) for g, (r, _, w) in groups.items())
+    assert total < sum(variance(r, w, 4) for (r, _, w) in groups.values())
+
+
+def test_slow_link_gets_fewer_bits():
+    groups = {("fwd.L0", 0, 1): (10.0, 100, 64), ("fwd.L0", 0, 2): (10.0, 100, 64)}
+    links = {(0, 1): (1e-8, 0.0), (0, 2): (4e-8, 0.0)}
+    bits = solve_bits(groups, links, budget_bits=4)
+    assert bits[("fwd.L0", 0, 1)] > bits[("fwd.L0", 0, 2)]
