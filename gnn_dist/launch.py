@@ -58,6 +58,7 @@ class DistContext:
         os._exit(code)
 
     def close(self) -> None:
+        """Stop the watchdog thread before the store it polls goes away, then leave together."""
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.distributed:
@@ -187,7 +188,10 @@ class Watchdog:
         self._thread.start()
 
     def stop(self) -> None:
+        """Ask the thread to finish and wait for it: a store call in flight during shutdown aborts the process."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.period * 5 + self.dead_after)
 
     def _run(self) -> None:
         n, me = self.ctx.world_size, self.ctx.rank
