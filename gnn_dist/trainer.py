@@ -105,7 +105,7 @@ class Trainer:
     # ------------------------------------------------------------------- loop
     def fit(self, epochs: int, resume: bool = False) -> dict:
         start = self._resume() if resume else 0
-        bar = tqdm(range(start, epochs), desc="train", unit="ep", file=sys.stderr,
+        bar = tqdm(range(start, epochs), desc="train", unit="ep", file=sys.stderr, mininterval=1.0,
                    disable=not (self.progress and self.ctx.is_main), initial=start, total=epochs)
         record: dict = {}
         for epoch in bar:
