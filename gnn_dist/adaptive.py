@@ -75,7 +75,6 @@ class AdaptivePolicy:
         self.table: dict = {}  # (channel, src, dst) -> bits
         self.links = self.measure_links()
         self.solved_at = -1
-        self.history: list = []
 
     def observe(self, channel: str, dst: int, width: int, scale: torch.Tensor, bits: int) -> None:
         rng = scale.double() * (2**bits - 1)
@@ -93,7 +92,6 @@ class AdaptivePolicy:
         groups = {(ch, src, dst): v for src, loc in enumerate(gathered) for (ch, dst), v in loc.items()}
         self.table = solve_bits(groups, self.links, self.config.budget_bits)
         self.solved_at = epoch
-        self.history.append({"epoch": epoch, "bits": {f"{c}:{s}->{d}": b for (c, s, d), b in sorted(self.table.items())}})
 
     def measure_links(self, sizes=(1 << 16, 1 << 20), reps: int = 3) -> dict:
         """Fit time = alpha * bytes + beta per directed link, one permutation round per peer offset."""

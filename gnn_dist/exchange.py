@@ -47,10 +47,6 @@ class ExchangeConfig:
             raise ValueError(f"budget_bits must be one of {codec.INT_BITS}")
         return self
 
-    @property
-    def is_exact(self) -> bool:
-        return self.codec == "fp32" and not self.staleness and not self.skip_threshold
-
 
 @dataclass
 class ChannelStats:

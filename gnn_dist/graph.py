@@ -91,14 +91,9 @@ class LocalGraph:
     @classmethod
     def from_pyg(cls, data, device: torch.device = torch.device("cpu")) -> "LocalGraph":
         """A PyG `Data` object in one process (labels and masks optional)."""
-        n = int(data.num_nodes)
-        zeros = np.zeros(n, dtype=bool)
-        mask = lambda name: getattr(data, name).numpy() if getattr(data, name, None) is not None else zeros
-        y = data.y.numpy() if getattr(data, "y", None) is not None else np.full(n, -1)
-        w = data.edge_weight.numpy() if getattr(data, "edge_weight", None) is not None else None
-        g = Graph.from_edges(data.edge_index[0].numpy(), data.edge_index[1].numpy(), n, data.x.numpy(), y,
-                             mask("train_mask"), mask("val_mask"), mask("test_mask"), edge_weight=w)
-        return cls.from_graph(g, device)
+        from gnn_dist.data.real import graph_from_pyg
+
+        return cls.from_graph(graph_from_pyg(data), device)
 
     # ------------------------------------------------------------- derived
     @property
@@ -108,10 +103,6 @@ class LocalGraph:
     @property
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
-
-    @property
-    def has_halo_exchange(self) -> bool:
-        return self.exchange is not None
 
     def _values(self, norm: str) -> np.ndarray:
         w = self.edge_weight if self.edge_weight is not None else np.ones(self.num_edges, np.float32)

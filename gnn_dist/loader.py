@@ -22,6 +22,4 @@ def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, ver
                             plan.recv_counts.tolist(), ctx.halo_group, exchange, ctx.rank)
     else:
         halo = None
-    graph = LocalGraph.from_plan(plan, meta["num_classes"], meta["num_parts"], halo, ctx.device, overlap)
-    graph.meta = meta
-    return graph
+    return LocalGraph.from_plan(plan, meta["num_classes"], meta["num_parts"], halo, ctx.device, overlap)

@@ -12,13 +12,15 @@ from partition.graph import Graph
 CORA_FILES = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 
 
-def _from_pyg(data, name: str, num_classes: int) -> Graph:
+def graph_from_pyg(data, name: str = "graph", num_classes: int = 0) -> Graph:
+    """A PyG `Data` object as a Graph; missing labels become -1 and missing masks all-False."""
     src, dst = (t.numpy() for t in data.edge_index)
     n = int(data.num_nodes)
     masks = [getattr(data, m, None) for m in ("train_mask", "val_mask", "test_mask")]
     masks = [np.zeros(n, bool) if m is None else m.numpy() for m in masks]
+    y = data.y.numpy() if getattr(data, "y", None) is not None else np.full(n, -1)
     w = data.edge_weight.numpy() if getattr(data, "edge_weight", None) is not None else None
-    return Graph.from_edges(src, dst, n, data.x.numpy(), data.y.numpy(), *masks, edge_weight=w,
+    return Graph.from_edges(src, dst, n, data.x.numpy(), y, *masks, edge_weight=w,
                             name=name, num_classes=num_classes)
 
 
@@ -37,7 +39,7 @@ def load_cora(data_dir: str | None = None) -> Graph:
         if not (raw / f.name).exists() or (raw / f.name).stat().st_size != f.stat().st_size:
             shutil.copyfile(f, raw / f.name)
     ds = Planetoid(str(root), "Cora")
-    return _from_pyg(ds[0], "cora", ds.num_classes)
+    return graph_from_pyg(ds[0], "cora", ds.num_classes)
 
 
 def _split_masks(n: int, seed: int, train: float = 0.6, val: float = 0.2) -> tuple[np.ndarray, ...]:
@@ -55,7 +57,7 @@ def load_karate(seed: int = 0) -> Graph:
     from torch_geometric.datasets import KarateClub
 
     data = KarateClub()[0]
-    g = _from_pyg(data, "karate", 4)
+    g = graph_from_pyg(data, "karate", 4)
     rest = np.flatnonzero(~g.train_mask)
     rest = np.random.default_rng(seed).permutation(rest)
     g.val_mask[rest[: len(rest) // 2]] = True
