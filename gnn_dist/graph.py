@@ -63,6 +63,7 @@ class LocalGraph:
     device: torch.device = torch.device("cpu")
     part: int = 0
     num_parts: int = 1
+    self_loop: np.ndarray | None = None  # bool, every local row: has a self loop in the global graph
     _ops: dict = field(default_factory=dict, repr=False)
     _edges: dict = field(default_factory=dict, repr=False)
 
@@ -80,7 +81,7 @@ class LocalGraph:
             val_mask=torch.from_numpy(plan.val_mask).to(device),
             test_mask=torch.from_numpy(plan.test_mask).to(device),
             num_classes=num_classes, exchange=exchange, overlap=overlap, device=device,
-            part=plan.part, num_parts=num_parts)
+            part=plan.part, num_parts=num_parts, self_loop=plan.self_loop)
 
     @classmethod
     def from_graph(cls, graph: Graph, device: torch.device = torch.device("cpu")) -> "LocalGraph":
@@ -114,17 +115,25 @@ class LocalGraph:
         if norm == "mean":
             deg = np.maximum(self.in_degree[: self.num_inner], 1)
             return 1.0 / deg[rows]
-        if norm == "gcn":  # D^-1/2 (A + I) D^-1/2 with global weighted in-degree + self loop
-            dinv = 1.0 / np.sqrt(self.in_weight + 1.0)
+        if norm == "gcn":  # D^-1/2 (A + I) D^-1/2, global weighted in-degrees
+            dinv = 1.0 / np.sqrt(self._gcn_degree())
             return w * dinv[self.indices] * dinv[rows]
         raise ValueError(f"unknown normalisation '{norm}' (choose from {', '.join(NORMS)})")
+
+    def _missing_loop(self) -> np.ndarray:
+        """1 where GCN adds a unit self loop: nodes that have one keep theirs (PyG's add_remaining_self_loops)."""
+        n = self.in_weight.shape[0]
+        return np.ones(n) if self.self_loop is None else (~self.self_loop[:n]).astype(np.float64)
+
+    def _gcn_degree(self) -> np.ndarray:
+        return self.in_weight + self._missing_loop()
 
     def operator(self, norm: str) -> SplitOperator:
         """Sparse aggregation matrix for a normalisation, split at the central/marginal boundary."""
         if norm not in self._ops:
             a = sp.csr_matrix((self._values(norm), self.indices, self.indptr), shape=(self.num_inner, self.num_src))
             if norm == "gcn":
-                diag = 1.0 / (self.in_weight[: self.num_inner] + 1.0)
+                diag = self._missing_loop()[: self.num_inner] / self._gcn_degree()[: self.num_inner]
                 a = a + sp.csr_matrix((diag, (np.arange(self.num_inner), np.arange(self.num_inner))), shape=a.shape)
             c = a[: self.num_central, : self.num_inner]
             m = a[self.num_central:]

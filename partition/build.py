@@ -35,6 +35,7 @@ class PartPlan:
     send_idx: np.ndarray  # int64, local ids of inner rows sent, grouped by destination part
     send_counts: np.ndarray  # int64 [P]
     recv_counts: np.ndarray  # int64 [P]
+    self_loop: np.ndarray | None = None  # bool [n_local]: node has a self loop (GCN keeps it, as PyG does)
 
     @property
     def num_halo(self) -> int:
@@ -75,6 +76,8 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
     local_id, marginal, cross = local_order(graph, parts, num_parts)
     src, dst = graph.edge_index()
     in_deg, out_deg, in_w = graph.in_degree(), graph.out_degree(), graph.weighted_in_degree()
+    has_loop = np.zeros(graph.num_nodes, dtype=bool)
+    has_loop[dst[src == dst]] = True
 
     # halo[p]: remote sources of p's inner nodes, grouped by owner, in owner's local order
     keys = np.unique(parts[dst[cross]] * graph.num_nodes + src[cross])
@@ -124,4 +127,5 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
             send_idx=np.concatenate(send_lists).astype(np.int64) if send_lists else np.zeros(0, np.int64),
             send_counts=np.array([s.shape[0] for s in send_lists], dtype=np.int64),
             recv_counts=recv_counts,
+            self_loop=has_loop[glob],
         )

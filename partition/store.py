@@ -49,7 +49,8 @@ def _write_part(folder: Path, plan: PartPlan) -> None:
     _save(folder / "graph.npz", lambda f: np.savez(f, **graph))
     _save(folder / "nodes.npz", lambda f: np.savez(
         f, global_ids=plan.global_ids, num_inner=np.int64(plan.num_inner), num_central=np.int64(plan.num_central),
-        in_degree=plan.in_degree, out_degree=plan.out_degree, in_weight=plan.in_weight))
+        in_degree=plan.in_degree, out_degree=plan.out_degree, in_weight=plan.in_weight,
+        self_loop=plan.self_loop if plan.self_loop is not None else np.zeros(plan.global_ids.shape[0], bool)))
     _save(folder / "features.npy", lambda f: np.save(f, np.ascontiguousarray(plan.x, dtype=np.float32)))
     _save(folder / "labels.npy", lambda f: np.save(f, plan.y))
     _save(folder / "masks.npz", lambda f: np.savez(f, train=plan.train_mask, val=plan.val_mask, test=plan.test_mask))
@@ -179,6 +180,7 @@ def read_part(path: str | Path, part: int, meta: dict | None = None, verify: boo
             send_idx=halo["send_idx"],
             send_counts=halo["send_counts"],
             recv_counts=halo["recv_counts"],
+            self_loop=nodes["self_loop"] if "self_loop" in nodes.files else None,
         )
     except (OSError, KeyError, ValueError) as e:
         raise PartitionError(f"partition part {folder} cannot be read: {e}") from None

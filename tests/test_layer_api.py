@@ -52,3 +52,26 @@ def test_max_and_mean_aggregation_on_the_edge_path():
         out = MaxConv(aggr)(x, graph).numpy()
         for v in range(g.num_nodes):
             np.testing.assert_allclose(out[v], fn(x.numpy()[src[dst == v]], axis=0), rtol=1e-6)
+
+
+def test_gcn_keeps_existing_weighted_self_loops_like_pyg():
+    """PyG's GCNConv adds a unit loop only where a node has none (add_remaining_self_loops)."""
+    from torch_geometric.nn import GCNConv as PyGGCN
+
+    from partition.graph import Graph
+
+    rng = np.random.default_rng(0)
+    n = 30
+    src, dst = rng.integers(0, n, 120), rng.integers(0, n, 120)
+    loops = np.arange(0, n, 3)  # a third of the nodes carry a weighted loop
+    src, dst = np.concatenate([src[src != dst], loops]), np.concatenate([dst[src != dst], loops])
+    w = rng.uniform(0.5, 5.0, src.shape[0]).astype(np.float32)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    g = Graph.from_edges(src, dst, n, x, np.zeros(n), *(np.ones(n, bool),) * 3, edge_weight=w)
+    torch.manual_seed(0)
+    ours = gd.nn.GCNConv(4, 3)
+    ref = PyGGCN(4, 3)
+    ref.load_state_dict(ours.state_dict())
+    edge_index = torch.from_numpy(np.stack([src, dst]))
+    torch.testing.assert_close(ours(torch.from_numpy(x), gd.LocalGraph.from_graph(g)),
+                               ref(torch.from_numpy(x), edge_index, torch.from_numpy(w)), rtol=1e-5, atol=1e-6)
