@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from gnn_dist import checkpoint
+from gnn_dist.collectives import all_sum, broadcast, make_optimizer, sum_gradients, sync_parameters
 from gnn_dist.graph import LocalGraph
 from gnn_dist.launch import DistContext
 
@@ -32,40 +33,15 @@ class Trainer:
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
                  progress: bool = True):
         self.model, self.graph, self.ctx = model.to(ctx.device), graph, ctx
-        self.seed = int(self._broadcast(torch.tensor([seed], dtype=torch.int64))[0])  # rank 0's seed rules
-        params = list(self.model.parameters())
-        if optimizer == "adam":
-            self.opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-        elif optimizer == "sgd":
-            self.opt = torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
-        else:
-            raise ValueError(f"unknown optimizer '{optimizer}' (choose adam or sgd)")
+        self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])  # rank 0's seed rules
+        self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.checkpoint_every, self.eval_every, self.progress = checkpoint_every, eval_every, progress
-        self.num_train = int(self._sum(torch.tensor([float(graph.train_mask.sum())]))[0])
+        self.num_train = int(all_sum(torch.tensor([float(graph.train_mask.sum())]), ctx)[0])
         if self.num_train == 0:
             raise ValueError("no training nodes in the partition (train mask empty on every rank)")
-        self._sync_parameters()
-
-    # ----------------------------------------------------------- collectives
-    def _sum(self, t: torch.Tensor) -> torch.Tensor:
-        t = t.to(self.ctx.device)
-        if self.ctx.world_size > 1:
-            dist.all_reduce(t)
-        return t
-
-    def _broadcast(self, t: torch.Tensor) -> torch.Tensor:
-        t = t.to(self.ctx.device)
-        if self.ctx.world_size > 1:
-            dist.broadcast(t, 0)
-        return t
-
-    def _sync_parameters(self) -> None:
-        """Replicas start from rank 0's weights, whatever each rank's RNG did."""
-        if self.ctx.world_size > 1:
-            for p in self.model.parameters():
-                self._broadcast(p.data)
+        sync_parameters(self.model, ctx)
 
     # ------------------------------------------------------------------ steps
     def train_step(self, epoch: int) -> float:
@@ -76,14 +52,9 @@ class Trainer:
         out = self.model(g.x, g)
         loss_sum = F.cross_entropy(out[g.train_mask], g.y[g.train_mask], reduction="sum")
         (loss_sum / self.num_train).backward()
-        grads = [p.grad.reshape(-1) for p in self.model.parameters()]
-        bucket = self._sum(torch.cat(grads + [loss_sum.detach().reshape(1)]))  # one all-reduce per step
-        offset = 0
-        for p, gr in zip(self.model.parameters(), grads):
-            p.grad.copy_(bucket[offset: offset + gr.numel()].view_as(p.grad))
-            offset += gr.numel()
+        total = sum_gradients(self.model, self.ctx, loss_sum)
         self.opt.step()
-        return float(bucket[-1]) / self.num_train
+        return float(total[0]) / self.num_train
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -99,7 +70,7 @@ class Trainer:
         counts = []
         for m in (g.train_mask, g.val_mask, g.test_mask):
             counts += [float((pred[m] == g.y[m]).sum()), float(m.sum())]
-        c = self._sum(torch.tensor(counts, dtype=torch.float64)).tolist()
+        c = all_sum(torch.tensor(counts, dtype=torch.float64), self.ctx).tolist()
         return {f"{name}_acc": c[2 * i] / max(c[2 * i + 1], 1) for i, name in enumerate(("train", "val", "test"))}
 
     # ------------------------------------------------------------------- loop

@@ -19,9 +19,15 @@ import numpy as np
 from partition.build import PartPlan
 from partition.errors import PartitionError
 
-FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+FORMAT_VERSION = 1  # static graphs; 3 = with snapshots (version 2, typed graphs, is not written yet)
+SNAPSHOT_VERSION = 3
+SUPPORTED_VERSIONS = (1, 3)
 PART_FILES = ("graph.npz", "nodes.npz", "features.npy", "labels.npy", "masks.npz", "halo.npz")
+SNAPSHOT_FILE = "snapshots.npz"
+
+
+def part_files(meta: dict) -> tuple[str, ...]:
+    return PART_FILES + ((SNAPSHOT_FILE,) if meta.get("format_version") == SNAPSHOT_VERSION else ())
 
 
 def sha256_file(path: Path) -> str:
@@ -65,12 +71,15 @@ def check_out_dir(out: Path, force: bool) -> None:
 
 
 def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: Iterable[PartPlan],
-                    force: bool = False, on_part=None, summarize=None) -> dict:
+                    force: bool = False, on_part=None, summarize=None, snapshots: list[dict] | None = None) -> dict:
     """Write every part, then partition.json with checksums; returns the metadata written.
 
     `summarize(rows)` may add whole-partition figures (e.g. stats) to the metadata
-    once the per-part rows are known.
+    once the per-part rows are known. `snapshots[k]` (arrays from
+    `partition.snapshot_plans`) makes a format-3 partition of a dynamic graph.
     """
+    version = SNAPSHOT_VERSION if snapshots is not None else FORMAT_VERSION
+    names = part_files({"format_version": version})
     out = Path(out)
     check_out_dir(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -82,13 +91,15 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
         for plan in plans:
             folder = stage / f"part-{plan.part}"
             _write_part(folder, plan)
-            for name in PART_FILES:
+            if snapshots is not None:
+                _save(folder / SNAPSHOT_FILE, lambda f: np.savez(f, **snapshots[plan.part]))
+            for name in names:
                 checksums[f"part-{plan.part}/{name}"] = sha256_file(folder / name)
             rows.append({"inner": plan.num_inner, "halo": plan.num_halo, "central": plan.num_central,
                          "edges": plan.num_edges})
             if on_part is not None:
                 on_part(plan)
-        meta = dict(meta, format_version=FORMAT_VERSION, parts=rows, sha256=checksums)
+        meta = dict(meta, format_version=version, parts=rows, sha256=checksums)
         if summarize is not None:
             meta.update(summarize(rows))
         _save(stage / "partition.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
@@ -152,7 +163,7 @@ def read_part(path: str | Path, part: int, meta: dict | None = None, verify: boo
     meta = meta or read_meta(path)
     if not 0 <= part < meta["num_parts"]:
         raise PartitionError(f"part {part} does not exist in {path} ({meta['num_parts']} parts)")
-    names = [f"part-{part}/{n}" for n in PART_FILES]
+    names = [f"part-{part}/{n}" for n in part_files(meta)]
     if verify:
         verify_files(path, meta, names)
     folder = path / f"part-{part}"
@@ -202,3 +213,18 @@ def _check_plan(plan: PartPlan, meta: dict, folder: Path) -> None:
         raise PartitionError(f"{folder}: features or labels do not match {plan.num_inner} inner nodes")
     if plan.num_inner != meta["parts"][plan.part]["inner"]:
         raise PartitionError(f"{folder}: {plan.num_inner} inner nodes, partition.json says {meta['parts'][plan.part]['inner']}")
+
+
+def read_snapshots(path: str | Path, part: int, meta: dict) -> dict:
+    """part-K/snapshots.npz of a format-3 partition (checked by `read_part`), as a dict of arrays."""
+    f = Path(path) / f"part-{part}" / SNAPSHOT_FILE
+    if meta.get("format_version") != SNAPSHOT_VERSION:
+        raise PartitionError(f"{path} holds a static graph (format {meta.get('format_version')}), not snapshots")
+    try:
+        with np.load(f) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise PartitionError(f"snapshot plans {f} cannot be read: {e}") from None
+    if arrays["in_weight"].shape[0] != meta["num_snapshots"]:
+        raise PartitionError(f"{f} holds {arrays['in_weight'].shape[0]} snapshots, partition.json says {meta['num_snapshots']}")
+    return arrays

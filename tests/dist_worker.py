@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gnn_dist.collectives import all_sum
 from gnn_dist.exchange import ExchangeConfig
 from gnn_dist.launch import init
 from gnn_dist.loader import load_partition
@@ -29,7 +30,7 @@ def step0(model, graph, trainer):
     loss.backward()
     grads = [p.grad.clone() for p in model.parameters()]
     for g in grads:
-        trainer._sum(g)
+        all_sum(g, trainer.ctx)
     return out.detach(), grads
 
 

@@ -11,13 +11,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a GNN on a partition (launch with mpiexec -n P)",
                        description="Full-graph training on P ranks: mpiexec -n P gnn-dist train --partition DIR ...")
     p.add_argument("--partition", required=True, help="partition directory from `gnn-dist partition`")
-    p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat", "gin"])
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat", "gin", "evolvegcn", "gcrn"],
+                   help="static: gcn | sage | gat | gin; dynamic (a partition of snapshots): evolvegcn | gcrn")
+    p.add_argument("--layers", type=int, default=None, help="graph layers (default 2; dynamic models 1)")
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--heads", type=int, default=8, help="attention heads of hidden GAT layers (default 8)")
-    p.add_argument("--epochs", type=int, default=200)
+    p.add_argument("--epochs", type=int, default=None, help="default 200 (dynamic models 50)")
     p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--weight-decay", type=float, default=None, help="default 5e-4 (dynamic models 0)")
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--seed", type=int, default=0, help="model and dropout seed (rank 0's value is used everywhere)")
@@ -34,6 +35,13 @@ def add_parser(sub) -> None:
     p.add_argument("--skip-threshold", type=float, default=0.0,
                    help="resend a halo row only when its relative change exceeds this (default 0: always)")
     p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
+    p.add_argument("--window", type=int, default=8,
+                   help="dynamic models: snapshots per truncated-backpropagation window (default 8)")
+    p.add_argument("--plans", default="incremental", choices=["incremental", "rebuild"],
+                   help="dynamic graphs: apply stored per-snapshot differences, or rebuild each snapshot's plan "
+                        "and agree it with the peers (default incremental)")
+    p.add_argument("--no-plan-cache", action="store_true",
+                   help="dynamic graphs: re-derive snapshot plans every pass instead of keeping them all in memory")
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (0: only at the end)")
     p.add_argument("--log", default=None, help="append per-epoch metrics as JSON lines to this file (rank 0)")
@@ -60,8 +68,19 @@ def exchange_config(a: argparse.Namespace):
         raise UsageError(str(e)) from None
 
 
+DYNAMIC_MODELS = ("evolvegcn", "gcrn")
+
+
 def check_args(a: argparse.Namespace) -> None:
+    dynamic = a.model in DYNAMIC_MODELS
+    a.layers = a.layers if a.layers is not None else (1 if dynamic else 2)
+    a.epochs = a.epochs if a.epochs is not None else (50 if dynamic else 200)
+    a.weight_decay = a.weight_decay if a.weight_decay is not None else (0.0 if dynamic else 5e-4)
     rules = [
+        (a.window >= 1, f"--window must be >= 1, got {a.window}"),
+        (not dynamic or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
+         "dynamic models take --codec fp32/fp16/bf16/int8/int4/int2 and overlap; adaptive, staleness and "
+         "skipping apply to static graphs"),
         (a.layers >= 1, f"--layers must be >= 1, got {a.layers}"),
         (a.hidden >= 1, f"--hidden must be >= 1, got {a.hidden}"),
         (a.heads >= 1, f"--heads must be >= 1, got {a.heads}"),
@@ -84,6 +103,16 @@ def run(args: argparse.Namespace) -> int:
     from partition.store import read_meta
 
     meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
+    dynamic = "num_snapshots" in meta
+    if dynamic != (args.model in DYNAMIC_MODELS):
+        kind = "a dynamic graph (snapshots)" if dynamic else "a static graph"
+        want = ", ".join(DYNAMIC_MODELS) if dynamic else "gcn, sage, gat, gin"
+        raise UsageError(f"{args.partition} holds {kind}; --model {args.model} does not apply (use {want})")
+    if dynamic:
+        if args.window > meta["num_train_snapshots"]:
+            raise UsageError(f"--window {args.window} is longer than the {meta['num_train_snapshots']} training "
+                             f"snapshots of {args.partition}")
+        return run_dynamic(args, meta)
 
     import torch
 
@@ -117,6 +146,46 @@ def run(args: argparse.Namespace) -> int:
             save_atomic({"model": model.state_dict(), "args": vars(args) | {"run": None}}, args.save_model)
         print(f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f} | "
               f"train acc {final['train_acc']:.4f} | val acc {final['val_acc']:.4f} | test acc {final['test_acc']:.4f}")
+        sys.stdout.flush()
+    ctx.close()
+    return 0
+
+
+def run_dynamic(args: argparse.Namespace, meta: dict) -> int:
+    import torch
+
+    from gnn_dist.launch import init
+    from gnn_dist.nn.temporal import build_temporal_model
+    from gnn_dist.snapshots import SnapshotSequence
+    from gnn_dist.temporal_trainer import TemporalTrainer
+
+    ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
+    seq = SnapshotSequence(args.partition, ctx, exchange_config(args), overlap=not args.no_overlap,
+                           mode=args.plans, cache=not args.no_plan_cache, verify=not args.no_verify)
+    torch.manual_seed(args.seed)
+    out = 1 if seq.task == "regression" else seq.num_classes
+    try:
+        model = build_temporal_model(args.model, seq.num_features, args.hidden, out, args.layers)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        trainer = TemporalTrainer(model, seq, ctx, window=args.window, optimizer=args.optimizer, lr=args.lr,
+                                  weight_decay=args.weight_decay, seed=args.seed, log_path=args.log,
+                                  eval_every=args.eval_every, progress=not args.quiet)
+        final = trainer.fit(args.epochs)
+    except RuntimeError as e:
+        if ctx.watchdog is not None:
+            ctx.watchdog.blame()
+        ctx.fail(f"collective failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    if ctx.is_main:
+        if args.save_model:
+            from gnn_dist.checkpoint import save_atomic
+
+            save_atomic({"model": model.state_dict(), "args": vars(args) | {"run": None}}, args.save_model)
+        parts = [f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f}"]
+        parts += [f"{k.replace('_', ' ')} {v:.4f}" for k, v in final.items() if k.startswith(("train_", "test_"))]
+        parts.append(f"plan time {seq.plan_seconds:.2f}s")
+        print(" | ".join(parts))
         sys.stdout.flush()
     ctx.close()
     return 0

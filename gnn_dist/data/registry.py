@@ -4,19 +4,22 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from gnn_dist.data import real, synthetic
+from gnn_dist.data import real, synthetic, temporal
 from partition.errors import PartitionError
 from partition.graph import Graph
+from partition.temporal import Snapshots
 
 GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw}
-DATASETS = ("cora", "karate", "nx:<generator>", "file:<path.npz>", *(f"{g}:key=value,..." for g in GENERATORS))
+TEMPORAL = ("chickenpox", "england_covid")
+DATASETS = ("cora", "karate", "nx:<generator>", "file:<path.npz>", *(f"{g}:key=value,..." for g in GENERATORS),
+            *TEMPORAL, "json:<path.json>", "dsbm:key=value,...")
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     """'sbm:nodes=10,seed=1' -> ('sbm', {'nodes': '10', 'seed': '1'})."""
     name, _, rest = spec.partition(":")
     params: dict[str, str] = {}
-    if rest and name not in ("nx", "file"):
+    if rest and name not in ("nx", "file", "json"):
         for item in rest.split(","):
             key, eq, value = item.partition("=")
             if not eq or not key.strip() or not value.strip():
@@ -39,9 +42,20 @@ def _typed_params(fn: Callable[..., Graph], params: dict[str, str], spec: str) -
     return out
 
 
-def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph:
-    """Load by name; see DATASETS for the accepted forms."""
+def is_temporal(spec: str) -> bool:
+    name = parse_spec(spec)[0]
+    return name in TEMPORAL or name in ("json", "dsbm")
+
+
+def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph | Snapshots:
+    """Load by name; see DATASETS for the accepted forms. Dynamic graphs come back as `Snapshots`."""
     name, params = parse_spec(spec)
+    if name in TEMPORAL and not params:
+        return temporal.load_named(name, data_dir)
+    if name == "json":
+        return temporal.from_json(spec.partition(":")[2])
+    if name == "dsbm":
+        return temporal.drifting_sbm(**_typed_params(temporal.drifting_sbm, params, spec))
     if name == "cora" and not params:
         return real.load_cora(data_dir)
     if name == "karate" and not params:

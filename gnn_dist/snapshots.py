@@ -1,0 +1,185 @@
+"""One rank's view of a dynamic graph: a LocalGraph per snapshot, derived from the stored differences.
+
+Two ways to get snapshot t's plan (DESIGN sec. 8):
+- `incremental`: apply the stored differences of t to the plan of t-1 (edges,
+  halo rows, send rows, marginal rows); no communication, and a snapshot that
+  differs from the previous in nothing reuses its graph and operators outright.
+- `rebuild`: derive the halo, marginal rows and send plan of t from its edges
+  alone, agreeing the send plan with the peers by an all-to-all of requested
+  rows each snapshot (what a system without stored plans must do).
+Both keep only one snapshot's structures alive unless `cache` keeps them all.
+
+Rows of a snapshot's LocalGraph are the inner rows in the order
+[central at t | marginal at t], so the usual overlapped product applies; `perm`
+maps them back to the fixed union order in which node series and state live.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnn_dist.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.graph import LocalGraph
+from gnn_dist.launch import DistContext, LaunchError
+from partition.errors import PartitionError
+from partition.snapshot_plans import unpack
+from partition.store import read_meta, read_part, read_snapshots
+
+MODES = ("incremental", "rebuild")
+
+
+@dataclass
+class SnapshotGraph:
+    graph: LocalGraph
+    perm: torch.Tensor  # row r of the graph is union inner row perm[r]
+    inv: torch.Tensor  # union inner row i is graph row inv[i]
+
+
+class SnapshotSequence:
+    def __init__(self, path: str | Path, ctx: DistContext, exchange: ExchangeConfig | None = None,
+                 overlap: bool = True, mode: str = "incremental", cache: bool = True, verify: bool = True):
+        if mode not in MODES:
+            raise ValueError(f"unknown plan mode '{mode}' (choose from {', '.join(MODES)})")
+        meta = read_meta(path)
+        if "num_snapshots" not in meta:
+            raise PartitionError(f"{path} holds a static graph; dynamic models need a partition of snapshots")
+        if meta["num_parts"] != ctx.world_size:
+            raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts")
+        self.meta, self.ctx, self.mode, self.cache, self.overlap = meta, ctx, mode, cache, overlap
+        self.config = exchange or ExchangeConfig()
+        plan = read_part(path, ctx.rank, meta, verify=verify)
+        self.diffs = read_snapshots(path, ctx.rank, meta)
+        self.num_snapshots, self.num_train = int(meta["num_snapshots"]), int(meta["num_train_snapshots"])
+        self.task, self.num_classes = meta["task"], int(meta["num_classes"])
+        self.num_inner, self.num_local = plan.num_inner, int(plan.global_ids.shape[0])
+        self.global_ids = plan.global_ids
+        dev = ctx.device
+        self.x = torch.from_numpy(np.ascontiguousarray(np.asarray(plan.x).transpose(1, 0, 2))).to(dev)  # [T, n, F]
+        self.y = torch.from_numpy(np.ascontiguousarray(np.asarray(plan.y).T)).to(dev)  # [T, n]
+        self.union_send_idx = plan.send_idx
+        self.send_peer = np.repeat(np.arange(ctx.world_size), plan.send_counts)
+        self.halo_owner = np.repeat(np.arange(ctx.world_size), plan.recv_counts)
+        self.send_bounds = np.concatenate(([0], np.cumsum(plan.send_counts)))
+        self.recv_bounds = np.concatenate(([0], np.cumsum(plan.recv_counts)))
+        self._cached: list[SnapshotGraph] = []
+        self.plan_seconds = 0.0  # time spent deriving plans, summed over all passes
+        self.exact = False
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[2])
+
+    # --------------------------------------------------------------- passes
+    def __iter__(self):
+        """Snapshots 0..T-1 in order (a pass re-derives them unless cached)."""
+        if self.cache and len(self._cached) == self.num_snapshots:
+            yield from self._cached
+            return
+        self._cached = []
+        key, w = np.zeros(0, np.int64), np.zeros(0, np.float32)
+        recv = np.zeros(self.num_local - self.num_inner, bool)
+        send = np.zeros(self.union_send_idx.shape[0], bool)
+        marg = np.zeros(self.num_inner, bool)
+        prev = None
+        for t in range(self.num_snapshots):
+            t0 = time.perf_counter()
+            d = self.diffs
+            part = lambda name: unpack(d[name], d[name + "_off"], t)
+            unchanged = (t > 0 and not any(part(n).size for n in ("add_key", "del_key", "rew_key"))
+                         and np.array_equal(d["in_weight"][t], d["in_weight"][t - 1])
+                         and np.array_equal(d["self_loop"][t], d["self_loop"][t - 1]))
+            if part("del_key").size:
+                keep = ~np.isin(key, part("del_key"), assume_unique=True)
+                key, w = key[keep], w[keep]
+            if part("rew_key").size:
+                w = w.copy()
+                w[np.searchsorted(key, part("rew_key"))] = part("rew_w")
+            if part("add_key").size:
+                key, w = np.concatenate([key, part("add_key")]), np.concatenate([w, part("add_w")])
+                order = np.argsort(key, kind="stable")
+                key, w = key[order], w[order]
+            if self.mode == "incremental":
+                if unchanged and prev is not None:
+                    sg = prev
+                else:
+                    recv, send, marg = recv.copy(), send.copy(), marg.copy()
+                    for arr, name in ((recv, "recv_flip"), (send, "send_flip"), (marg, "marg_flip")):
+                        arr[part(name)] ^= True
+                    sg = self._graph(t, key, w, recv, send, marg)
+            else:
+                recv, send, marg = self._derive(key)
+                sg = self._graph(t, key, w, recv, send, marg)
+            self.plan_seconds += time.perf_counter() - t0
+            prev = self._last = sg
+            if self.cache:
+                self._cached.append(sg)
+            yield sg
+
+    def _derive(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rebuild: halo and marginal rows from the edges, send rows agreed with every peer."""
+        rows, cols = key // self.num_local, key % self.num_local
+        remote = cols >= self.num_inner
+        recv = np.zeros(self.num_local - self.num_inner, bool)
+        recv[cols[remote] - self.num_inner] = True
+        marg = np.zeros(self.num_inner, bool)
+        marg[rows[remote]] = True
+        send = np.zeros(self.union_send_idx.shape[0], bool)
+        p = self.ctx.world_size
+        if p > 1:  # ask each owner for the rows we need: positions within its union send list for us
+            want = [np.flatnonzero(recv[self.recv_bounds[q]:self.recv_bounds[q + 1]]) for q in range(p)]
+            dev = self.ctx.device
+            counts = torch.tensor([w.shape[0] for w in want], dtype=torch.int64, device=dev)
+            their = torch.empty_like(counts)
+            dist.all_to_all_single(their, counts, group=self.ctx.halo_group)
+            asked = torch.empty(int(their.sum()), dtype=torch.int64, device=dev)
+            dist.all_to_all_single(asked, torch.from_numpy(np.concatenate(want)).to(dev),
+                                   their.tolist(), counts.tolist(), group=self.ctx.halo_group)
+            offs = np.repeat(self.send_bounds[:-1], their.cpu().numpy())
+            send[asked.cpu().numpy() + offs] = True
+        return recv, send, marg
+
+    def _graph(self, t: int, key, w, recv, send, marg) -> SnapshotGraph:
+        n_in, n_loc, d = self.num_inner, self.num_local, self.diffs
+        perm = np.concatenate([np.flatnonzero(~marg), np.flatnonzero(marg)])
+        inv = np.empty(n_in, np.int64)
+        inv[perm] = np.arange(n_in)
+        halo = np.flatnonzero(recv)
+        colmap = np.full(n_loc, -1, np.int64)
+        colmap[:n_in] = inv
+        colmap[n_in + halo] = n_in + np.arange(halo.shape[0])
+        rows, cols = inv[key // n_loc], colmap[key % n_loc]
+        order = np.lexsort((cols, rows))
+        indptr = np.zeros(n_in + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_in), out=indptr[1:])
+        local = np.concatenate([perm, n_in + halo])
+        dev = self.ctx.device
+        ex = None
+        if self.ctx.world_size > 1:
+            sel = np.flatnonzero(send)
+            ex = HaloExchange(torch.from_numpy(inv[self.union_send_idx[sel]]).to(dev),
+                              np.bincount(self.send_peer[sel], minlength=self.ctx.world_size).tolist(),
+                              np.bincount(self.halo_owner[halo], minlength=self.ctx.world_size).tolist(),
+                              self.ctx.halo_group, self.config, self.ctx.rank)
+            ex.exact = self.exact
+        empty = torch.zeros(n_in, 0, device=dev)
+        no = torch.zeros(n_in, dtype=torch.bool, device=dev)
+        graph = LocalGraph(
+            indptr=indptr, indices=cols[order], edge_weight=w[order], num_inner=n_in,
+            num_central=int(n_in - marg.sum()), num_src=int(n_in + halo.shape[0]),
+            in_degree=d["in_degree"][t][local].astype(np.int64), in_weight=d["in_weight"][t][local],
+            global_ids=self.global_ids[local], x=empty, y=torch.zeros(n_in, device=dev), train_mask=no,
+            val_mask=no, test_mask=no, num_classes=self.num_classes, exchange=ex, overlap=self.overlap,
+            device=dev, part=self.ctx.rank, num_parts=self.ctx.world_size, self_loop=d["self_loop"][t][local])
+        return SnapshotGraph(graph, torch.from_numpy(perm).to(dev), torch.from_numpy(inv).to(dev))
+
+    def set_exact(self, exact: bool) -> None:
+        """Evaluation sends exact fp32 (cached graphs keep their exchange objects)."""
+        self.exact = exact
+        for sg in self._cached + ([self._last] if getattr(self, "_last", None) else []):
+            if sg.graph.exchange is not None:
+                sg.graph.exchange.exact = exact

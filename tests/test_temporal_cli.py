@@ -1,0 +1,94 @@
+"""Dynamic graphs through the CLI: partition, train under mpiexec, and one-line errors for bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, cli_partition, run_cli
+
+MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+
+
+def _one_line(r, needle):
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "error:" in ln]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def _write(path: Path, obj: dict) -> str:
+    path.write_text(json.dumps(obj))
+    return f"json:{path}"
+
+
+@pytest.fixture(scope="module")
+def covid2(tmp_path_factory):
+    return cli_partition(tmp_path_factory.mktemp("dyn"), "england_covid", 2)
+
+
+def test_partition_reports_churn_and_stores_differences(covid2):
+    meta = json.loads((covid2 / "partition.json").read_text())
+    assert meta["format_version"] == 3 and meta["num_snapshots"] == 53 and meta["num_train_snapshots"] == 42
+    churn = meta["churn"]
+    assert len(churn) == 53 and churn[0]["halo_removed"] == 0 and churn[0]["halo_added"] == churn[0]["halo"]
+    assert sum(c["halo_added"] for c in churn[1:]) > 0  # the mobility graph really changes every day
+    z = np.load(covid2 / "part-0" / "snapshots.npz")
+    assert z["in_weight"].shape[0] == 53 and z["add_key_off"].shape == (54,)
+    # differences, not copies: after day 0 far fewer edges are stored than the snapshots hold
+    assert z["add_key"].shape[0] < 0.5 * sum(c["edges"] for c in churn) / 2
+
+
+def test_train_gcrn_on_two_ranks_reports_mse_and_baseline(covid2):
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(covid2),
+                        "--model", "gcrn", "--hidden", "16", "--epochs", "3", "--window", "6", "--quiet"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = r.stdout.strip().splitlines()[-1]
+    assert "test mse" in line and "test last value mse" in line, line
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--window", "100"], "--window 100 is longer than the 42 training snapshots"),
+    (["--model", "gcn"], "holds a dynamic graph (snapshots); --model gcn does not apply"),
+    (["--model", "gcrn", "--layers", "2"], "gcrn has one recurrent layer"),
+    (["--staleness", "1"], "adaptive, staleness and skipping apply to static graphs"),
+])
+def test_bad_training_arguments(covid2, args, needle):
+    # a 2-part partition started as one process fails on the argument before the rank count
+    base = ["train", "--partition", str(covid2), "--model", "evolvegcn"]
+    r = run_cli(*base, *args)
+    if "--layers" in args:  # found once the ranks are up: launch both
+        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", *base, *args],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert r.returncode == 2 and all("gcrn has one recurrent layer" in ln
+                                         for ln in r.stderr.splitlines() if "error:" in ln), r.stderr
+        return
+    _one_line(r, needle)
+
+
+def test_dynamic_model_on_static_partition(tmp_path):
+    part = cli_partition(tmp_path, "karate", 1)
+    _one_line(run_cli("train", "--partition", str(part), "--model", "evolvegcn"), "holds a static graph")
+
+
+@pytest.mark.parametrize("data,needle", [
+    ({"edge_mapping": {"edge_index": {}, "edge_weight": {}}, "time_periods": 10,
+      "y": [[1.0] * 5] * 6 + [[1.0] * 4] + [[1.0] * 5] * 3}, "time period 6 has 4 nodes, period 0 has 5"),
+    ({"edges": [[0, 1], [1, 25]], "FX": [[0.0] * 20] * 8}, "snapshot 0: edge target id 25 is out of range for 20 nodes"),
+    ({"edges": [[0, 1]], "FX": [[0.0] * 3] * 4}, "the snapshot sequence is empty"),
+    ({"edges": [[0, 1]]}, "expected keys 'edges' and 'FX'"),
+])
+def test_bad_snapshot_files(tmp_path, data, needle):
+    spec = _write(tmp_path / "series.json", data)
+    out = tmp_path / "out"
+    _one_line(run_cli("partition", "--dataset", spec, "--parts", "2", "--out", str(out)), needle)
+    assert not out.exists()
+
+
+def test_missing_snapshot_file(tmp_path):
+    _one_line(run_cli("partition", "--dataset", f"json:{tmp_path}/none.json", "--parts", "2", "--out",
+                      str(tmp_path / "o")), "does not exist")
