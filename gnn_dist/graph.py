@@ -64,6 +64,7 @@ class LocalGraph:
     part: int = 0
     num_parts: int = 1
     self_loop: np.ndarray | None = None  # bool, every local row: has a self loop in the global graph
+    types: object = None  # gnn_dist.hetero.Types for a heterogeneous part
     _ops: dict = field(default_factory=dict, repr=False)
     _edges: dict = field(default_factory=dict, repr=False)
 

@@ -69,6 +69,7 @@ class SnapshotSequence:
         self._cached: list[SnapshotGraph] = []
         self.plan_seconds = 0.0  # time spent deriving plans, summed over all passes
         self.exact = False
+        self._seen: dict[int, HaloExchange] = {}  # exchanges used since the last `take_bytes`
 
     @property
     def num_features(self) -> int:
@@ -116,6 +117,8 @@ class SnapshotSequence:
                 sg = self._graph(t, key, w, recv, send, marg)
             self.plan_seconds += time.perf_counter() - t0
             prev = self._last = sg
+            if sg.graph.exchange is not None:
+                self._seen[id(sg.graph.exchange)] = sg.graph.exchange
             if self.cache:
                 self._cached.append(sg)
             yield sg
@@ -176,6 +179,19 @@ class SnapshotSequence:
             val_mask=no, test_mask=no, num_classes=self.num_classes, exchange=ex, overlap=self.overlap,
             device=dev, part=self.ctx.rank, num_parts=self.ctx.world_size, self_loop=d["self_loop"][t][local])
         return SnapshotGraph(graph, torch.from_numpy(perm).to(dev), torch.from_numpy(inv).to(dev))
+
+    def take_bytes(self) -> int:
+        """Bytes this rank sent in training exchanges since the last call (and reset the counters)."""
+        total = 0
+        for sg in self._cached:
+            if sg.graph.exchange is not None:
+                self._seen[id(sg.graph.exchange)] = sg.graph.exchange
+        for ex in self._seen.values():
+            for name, rec in ex.epoch_metrics().items():
+                if not name.endswith("eval"):
+                    total += sum(rec["bytes"])
+        self._seen = {}
+        return total
 
     def set_exact(self, exact: bool) -> None:
         """Evaluation sends exact fp32 (cached graphs keep their exchange objects)."""

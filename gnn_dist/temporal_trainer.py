@@ -131,8 +131,9 @@ class TemporalTrainer:
             plan0 = self.seq.plan_seconds
             loss = self.train_epoch()
             dt = time.perf_counter() - t0
-            record = {"epoch": epoch, "loss": loss, "epoch_time": dt, "plan_time": self.seq.plan_seconds - plan0}
-            if self.eval_every and ((epoch + 1) % self.eval_every == 0 or epoch + 1 == epochs):
+            record = {"epoch": epoch, "loss": loss, "epoch_time": dt, "plan_time": self.seq.plan_seconds - plan0,
+                      "halo_bytes": self.seq.take_bytes()}
+            if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
                 record.update(self.evaluate())
             if self.log_path is not None:
                 with open(self.log_path, "a") as f:

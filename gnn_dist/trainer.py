@@ -84,7 +84,7 @@ class Trainer:
             loss = self.train_step(epoch)
             dt = time.perf_counter() - t0
             record = {"epoch": epoch, "loss": loss, "epoch_time": dt}
-            if self.eval_every and ((epoch + 1) % self.eval_every == 0 or epoch + 1 == epochs):
+            if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
                 record.update(self.evaluate())
             if self.graph.exchange is not None:
                 record["halo"] = self.graph.exchange.epoch_metrics()

@@ -36,6 +36,9 @@ class PartPlan:
     send_counts: np.ndarray  # int64 [P]
     recv_counts: np.ndarray  # int64 [P]
     self_loop: np.ndarray | None = None  # bool [n_local]: node has a self loop (GCN keeps it, as PyG does)
+    edge_type: np.ndarray | None = None  # int64 [E_local]: relation of each local edge (heterogeneous)
+    node_type: np.ndarray | None = None  # int64 [n_local]: type of each local row (heterogeneous)
+    rel_in_degree: np.ndarray | None = None  # int64 [n_local, R]: global in-degree per relation
 
     @property
     def num_halo(self) -> int:
@@ -78,6 +81,12 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
     in_deg, out_deg, in_w = graph.in_degree(), graph.out_degree(), graph.weighted_in_degree()
     has_loop = np.zeros(graph.num_nodes, dtype=bool)
     has_loop[dst[src == dst]] = True
+    rel_deg = None
+    if graph.edge_type is not None:  # mean over each relation's in-edges needs the global count per relation
+        num_rel = int(graph.edge_type.max()) + 1 if graph.num_edges else 0
+        num_rel = max(num_rel, 1)
+        rel_deg = np.bincount(dst * num_rel + graph.edge_type, minlength=graph.num_nodes * num_rel)
+        rel_deg = rel_deg.reshape(graph.num_nodes, num_rel).astype(np.int64)
 
     # halo[p]: remote sources of p's inner nodes, grouped by owner, in owner's local order
     keys = np.unique(parts[dst[cross]] * graph.num_nodes + src[cross])
@@ -128,4 +137,7 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
             send_counts=np.array([s.shape[0] for s in send_lists], dtype=np.int64),
             recv_counts=recv_counts,
             self_loop=has_loop[glob],
+            edge_type=None if graph.edge_type is None else graph.edge_type[eids],
+            node_type=None if graph.node_type is None else graph.node_type[glob],
+            rel_in_degree=None if rel_deg is None else rel_deg[glob],
         )

@@ -28,6 +28,8 @@ class Graph:
     edge_weight: np.ndarray | None = None  # float32 [E] or None (all ones)
     name: str = "graph"
     num_classes: int = field(default=0)
+    edge_type: np.ndarray | None = None  # int64 [E]: relation of each edge (heterogeneous graphs)
+    node_type: np.ndarray | None = None  # int64 [N]: type of each node (heterogeneous graphs)
 
     def __post_init__(self) -> None:
         self.indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)
@@ -90,6 +92,8 @@ class Graph:
         edge_weight: np.ndarray | None = None,
         name: str = "graph",
         num_classes: int = 0,
+        edge_type: np.ndarray | None = None,
+        node_type: np.ndarray | None = None,
     ) -> "Graph":
         """Build from an edge list; rejects out-of-range ids before anything is sorted."""
         src = np.asarray(src, dtype=np.int64)
@@ -102,7 +106,8 @@ class Graph:
         indptr = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
         ew = None if edge_weight is None else np.asarray(edge_weight, dtype=np.float32)[order]
-        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes)
+        et = None if edge_type is None else np.asarray(edge_type, dtype=np.int64)[order]
+        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes, et, node_type)
 
     # ---------------------------------------------------------- validation
     def validate(self) -> None:
@@ -130,6 +135,10 @@ class Graph:
                 raise PartitionError(f"graph {self.name}: edge_weight has {self.edge_weight.shape[0]} entries for {self.num_edges} edges")
             if not np.isfinite(self.edge_weight).all():
                 raise PartitionError(f"graph {self.name}: edge weights contain NaN or inf")
+        if self.edge_type is not None and self.edge_type.shape != self.indices.shape:
+            raise PartitionError(f"graph {self.name}: edge_type has {self.edge_type.shape[0]} entries for {self.num_edges} edges")
+        if self.node_type is not None and self.node_type.shape != (n,):
+            raise PartitionError(f"graph {self.name}: node_type has {self.node_type.shape[0]} entries for {n} nodes")
 
 
 def _check_ids(ids: np.ndarray, num_nodes: int, what: str) -> None:

@@ -19,15 +19,18 @@ import numpy as np
 from partition.build import PartPlan
 from partition.errors import PartitionError
 
-FORMAT_VERSION = 1  # static graphs; 3 = with snapshots (version 2, typed graphs, is not written yet)
+FORMAT_VERSION = 1  # static graphs; 2 adds node/edge types, 3 snapshots
+HETERO_VERSION = 2
 SNAPSHOT_VERSION = 3
-SUPPORTED_VERSIONS = (1, 3)
+SUPPORTED_VERSIONS = (1, 2, 3)
 PART_FILES = ("graph.npz", "nodes.npz", "features.npy", "labels.npy", "masks.npz", "halo.npz")
+TYPED_FEATURES_FILE = "typed_features.npz"  # x_<type id>: inner rows of that type, in local order
 SNAPSHOT_FILE = "snapshots.npz"
+EXTRA_FILES = {HETERO_VERSION: (TYPED_FEATURES_FILE,), SNAPSHOT_VERSION: (SNAPSHOT_FILE,)}
 
 
 def part_files(meta: dict) -> tuple[str, ...]:
-    return PART_FILES + ((SNAPSHOT_FILE,) if meta.get("format_version") == SNAPSHOT_VERSION else ())
+    return PART_FILES + EXTRA_FILES.get(meta.get("format_version"), ())
 
 
 def sha256_file(path: Path) -> str:
@@ -52,11 +55,14 @@ def _write_part(folder: Path, plan: PartPlan) -> None:
     graph = {"indptr": plan.indptr, "indices": plan.indices}
     if plan.edge_weight is not None:
         graph["edge_weight"] = plan.edge_weight
+    if plan.edge_type is not None:
+        graph["edge_type"] = plan.edge_type
+    typed = {k: v for k, v in (("node_type", plan.node_type), ("rel_in_degree", plan.rel_in_degree)) if v is not None}
     _save(folder / "graph.npz", lambda f: np.savez(f, **graph))
     _save(folder / "nodes.npz", lambda f: np.savez(
         f, global_ids=plan.global_ids, num_inner=np.int64(plan.num_inner), num_central=np.int64(plan.num_central),
         in_degree=plan.in_degree, out_degree=plan.out_degree, in_weight=plan.in_weight,
-        self_loop=plan.self_loop if plan.self_loop is not None else np.zeros(plan.global_ids.shape[0], bool)))
+        self_loop=plan.self_loop if plan.self_loop is not None else np.zeros(plan.global_ids.shape[0], bool), **typed))
     _save(folder / "features.npy", lambda f: np.save(f, np.ascontiguousarray(plan.x, dtype=np.float32)))
     _save(folder / "labels.npy", lambda f: np.save(f, plan.y))
     _save(folder / "masks.npz", lambda f: np.savez(f, train=plan.train_mask, val=plan.val_mask, test=plan.test_mask))
@@ -71,14 +77,14 @@ def check_out_dir(out: Path, force: bool) -> None:
 
 
 def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: Iterable[PartPlan],
-                    force: bool = False, on_part=None, summarize=None, snapshots: list[dict] | None = None) -> dict:
+                    force: bool = False, on_part=None, summarize=None, version: int = FORMAT_VERSION,
+                    extras=None) -> dict:
     """Write every part, then partition.json with checksums; returns the metadata written.
 
     `summarize(rows)` may add whole-partition figures (e.g. stats) to the metadata
-    once the per-part rows are known. `snapshots[k]` (arrays from
-    `partition.snapshot_plans`) makes a format-3 partition of a dynamic graph.
+    once the per-part rows are known. Versions 2 and 3 add one file per part
+    (typed features, snapshot differences): `extras(k)` returns its arrays.
     """
-    version = SNAPSHOT_VERSION if snapshots is not None else FORMAT_VERSION
     names = part_files({"format_version": version})
     out = Path(out)
     check_out_dir(out, force)
@@ -91,8 +97,9 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
         for plan in plans:
             folder = stage / f"part-{plan.part}"
             _write_part(folder, plan)
-            if snapshots is not None:
-                _save(folder / SNAPSHOT_FILE, lambda f: np.savez(f, **snapshots[plan.part]))
+            for name in EXTRA_FILES.get(version, ()):
+                arrays = extras(plan.part)
+                _save(folder / name, lambda f: np.savez(f, **arrays))
             for name in names:
                 checksums[f"part-{plan.part}/{name}"] = sha256_file(folder / name)
             rows.append({"inner": plan.num_inner, "halo": plan.num_halo, "central": plan.num_central,
@@ -192,6 +199,9 @@ def read_part(path: str | Path, part: int, meta: dict | None = None, verify: boo
             send_counts=halo["send_counts"],
             recv_counts=halo["recv_counts"],
             self_loop=nodes["self_loop"] if "self_loop" in nodes.files else None,
+            edge_type=g["edge_type"] if "edge_type" in g.files else None,
+            node_type=nodes["node_type"] if "node_type" in nodes.files else None,
+            rel_in_degree=nodes["rel_in_degree"] if "rel_in_degree" in nodes.files else None,
         )
     except (OSError, KeyError, ValueError) as e:
         raise PartitionError(f"partition part {folder} cannot be read: {e}") from None
@@ -213,6 +223,23 @@ def _check_plan(plan: PartPlan, meta: dict, folder: Path) -> None:
         raise PartitionError(f"{folder}: features or labels do not match {plan.num_inner} inner nodes")
     if plan.num_inner != meta["parts"][plan.part]["inner"]:
         raise PartitionError(f"{folder}: {plan.num_inner} inner nodes, partition.json says {meta['parts'][plan.part]['inner']}")
+
+
+def read_typed_features(path: str | Path, part: int, meta: dict) -> list[np.ndarray]:
+    """Inner rows of each node type (in type order) of a format-2 partition, checked against partition.json."""
+    f = Path(path) / f"part-{part}" / TYPED_FEATURES_FILE
+    if meta.get("format_version") != HETERO_VERSION:
+        raise PartitionError(f"{path} does not hold a heterogeneous graph (format {meta.get('format_version')})")
+    try:
+        with np.load(f) as z:
+            xs = [z[f"x_{t}"] for t in range(len(meta["node_types"]))]
+    except (OSError, ValueError, KeyError) as e:
+        raise PartitionError(f"typed features {f} cannot be read: {e}") from None
+    for t, (x, width) in enumerate(zip(xs, meta["feature_dims"])):
+        if x.ndim != 2 or x.shape[1] != width:
+            raise PartitionError(f"{f}: node type '{meta['node_types'][t]}' has feature width "
+                                 f"{x.shape[1] if x.ndim == 2 else x.shape}, partition.json says {width} (feature width mismatch)")
+    return xs
 
 
 def read_snapshots(path: str | Path, part: int, meta: dict) -> dict:

@@ -30,6 +30,14 @@ def run(args: argparse.Namespace) -> int:
           + ("" if args.no_verify else ", checksums ok"))
     if "stats" in meta:
         print(format_stats(meta["stats"], meta["parts"]))
+    if "churn_summary" in meta:
+        c = meta["churn_summary"]
+        print(f"{meta['num_snapshots']} snapshots ({meta['num_train_snapshots']} train), {meta['task']}; halo "
+              f"{c['halo_rows_mean']:.0f} rows per snapshot (union {c['halo_rows_union']}); per step "
+              f"+{c['halo_added_per_step']:.1f} / -{c['halo_removed_per_step']:.1f} halo rows, "
+              f"+{c['edges_added_per_step']:.1f} / -{c['edges_removed_per_step']:.1f} edges")
+        for k, row in enumerate(meta["parts"]):
+            print(f"  part {k}: {row['inner']} inner nodes, union halo {row['halo']}")
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from partition.errors import PartitionError
+from partition.hetero import HeteroGraph
 from partition.temporal import Snapshots
 
 
@@ -17,7 +18,8 @@ def add_parser(sub) -> None:
                        description="Split a graph into K parts and write a partition directory (DESIGN sec. 3).")
     p.add_argument("--dataset", required=True,
                    help="cora | karate | nx:GENERATOR | file:GRAPH.npz | sbm:key=value,... | powerlaw:key=value,... "
-                        "| dynamic: chickenpox | england_covid | json:SERIES.json | dsbm:key=value,...")
+                        "| dynamic: chickenpox | england_covid | json:SERIES.json | dsbm:key=value,... "
+                        "| typed: hsbm:key=value,... | hfile:GRAPH.npz")
     p.add_argument("--parts", type=int, required=True, help="number of parts (= training ranks)")
     p.add_argument("--method", default="metis", choices=["metis", "random", "contiguous"])
     p.add_argument("--out", required=True, help="output directory")
@@ -50,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     graph = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)
     if isinstance(graph, Snapshots):
         return run_snapshots(args, graph, balance, t0)
+    if isinstance(graph, HeteroGraph):
+        return run_hetero(args, graph, balance, t0)
     log(f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges} edges, {graph.num_features} features, "
         f"{graph.num_classes} classes ({time.perf_counter() - t0:.1f}s)")
     if args.parts < 1 or args.parts > graph.num_nodes:
@@ -97,5 +101,26 @@ def run_snapshots(args: argparse.Namespace, seq: Snapshots, balance: tuple, t0: 
           f"per snapshot (union {summary['halo_rows_union']}); per step {summary['halo_added_per_step']:.1f} halo "
           f"rows added, {summary['halo_removed_per_step']:.1f} removed, {summary['edges_added_per_step']:.1f} edges "
           f"added, {summary['edges_removed_per_step']:.1f} removed")
+    log(f"wrote {args.out} (total {time.perf_counter() - t0:.1f}s)")
+    return 0
+
+
+def run_hetero(args: argparse.Namespace, hg: HeteroGraph, balance: tuple, t0: float) -> int:
+    """Typed graph: METIS with one balance constraint per node type; typed features stored per type."""
+    from partition import format_stats
+    from partition.hetero_partition import write_hetero_partition
+
+    if balance:
+        raise PartitionError("--balance: typed graphs are always balanced per node type")
+    if args.parts > hg.total_nodes:
+        raise PartitionError(f"--parts must be between 1 and the number of nodes ({hg.total_nodes}), got {args.parts}")
+    log(f"{hg.name}: node types " + ", ".join(f"{t} {hg.num_nodes[t]} x {hg.x[t].shape[1]}" for t in hg.node_types)
+        + f"; {len(hg.edge_types)} edge types; target {hg.target} ({hg.num_classes} classes)")
+    meta = write_hetero_partition(args.out, hg, args.parts, args.method, seed=args.seed, objective=args.objective,
+                                  force=args.force, dataset=args.dataset)
+    print(format_stats(meta["stats"], meta["parts"]))
+    for t, name in enumerate(meta["node_types"]):
+        counts = [row[t] for row in meta["type_counts"]]
+        print(f"{name:>12}: per part {' / '.join(map(str, counts))} (max {max(counts) / (sum(counts) / len(counts)):.3f}x mean)")
     log(f"wrote {args.out} (total {time.perf_counter() - t0:.1f}s)")
     return 0

@@ -11,8 +11,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a GNN on a partition (launch with mpiexec -n P)",
                        description="Full-graph training on P ranks: mpiexec -n P gnn-dist train --partition DIR ...")
     p.add_argument("--partition", required=True, help="partition directory from `gnn-dist partition`")
-    p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat", "gin", "evolvegcn", "gcrn"],
-                   help="static: gcn | sage | gat | gin; dynamic (a partition of snapshots): evolvegcn | gcrn")
+    p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat", "gin", "evolvegcn", "gcrn", "rgcn", "hsage"],
+                   help="static: gcn | sage | gat | gin; dynamic (a partition of snapshots): evolvegcn | gcrn; "
+                        "typed (a heterogeneous partition): rgcn | hsage (GraphSAGE per relation, HeteroConv)")
+    p.add_argument("--num-bases", type=int, default=2, help="rgcn: basis matrices shared by the relations (0: none)")
     p.add_argument("--layers", type=int, default=None, help="graph layers (default 2; dynamic models 1)")
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--heads", type=int, default=8, help="attention heads of hidden GAT layers (default 8)")
@@ -69,6 +71,7 @@ def exchange_config(a: argparse.Namespace):
 
 
 DYNAMIC_MODELS = ("evolvegcn", "gcrn")
+TYPED_MODELS = ("rgcn", "hsage")
 
 
 def check_args(a: argparse.Namespace) -> None:
@@ -78,6 +81,7 @@ def check_args(a: argparse.Namespace) -> None:
     a.weight_decay = a.weight_decay if a.weight_decay is not None else (0.0 if dynamic else 5e-4)
     rules = [
         (a.window >= 1, f"--window must be >= 1, got {a.window}"),
+        (a.num_bases >= 0, f"--num-bases must be >= 0, got {a.num_bases}"),
         (not dynamic or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
          "dynamic models take --codec fp32/fp16/bf16/int8/int4/int2 and overlap; adaptive, staleness and "
          "skipping apply to static graphs"),
@@ -103,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
     from partition.store import read_meta
 
     meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
-    dynamic = "num_snapshots" in meta
-    if dynamic != (args.model in DYNAMIC_MODELS):
-        kind = "a dynamic graph (snapshots)" if dynamic else "a static graph"
-        want = ", ".join(DYNAMIC_MODELS) if dynamic else "gcn, sage, gat, gin"
+    dynamic, typed = "num_snapshots" in meta, meta.get("format_version") == 2
+    if dynamic != (args.model in DYNAMIC_MODELS) or typed != (args.model in TYPED_MODELS):
+        kind = "a dynamic graph (snapshots)" if dynamic else "a heterogeneous graph" if typed else "a static graph"
+        want = ", ".join(DYNAMIC_MODELS if dynamic else TYPED_MODELS if typed else ("gcn", "sage", "gat", "gin"))
         raise UsageError(f"{args.partition} holds {kind}; --model {args.model} does not apply (use {want})")
     if dynamic:
         if args.window > meta["num_train_snapshots"]:
@@ -122,13 +126,23 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.trainer import Trainer
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
-    graph = load_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify,
-                           exchange=exchange_config(args))
-    if args.normalize_features:
-        graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1)
-    torch.manual_seed(args.seed)
-    model = build_model(args.model, graph.num_features, args.hidden, graph.num_classes, args.layers,
-                        args.dropout, args.heads)
+    if typed:
+        from gnn_dist.hetero import load_hetero_partition
+        from gnn_dist.nn.hetero import HeteroGNN
+
+        graph = load_hetero_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify,
+                                      exchange=exchange_config(args))
+        torch.manual_seed(args.seed)
+        model = HeteroGNN(args.model, graph.types.feature_dims, args.hidden, graph.num_classes, meta["edge_types"],
+                          args.layers, args.num_bases or None, args.dropout)
+    else:
+        graph = load_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify,
+                               exchange=exchange_config(args))
+        if args.normalize_features:
+            graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1)
+        torch.manual_seed(args.seed)
+        model = build_model(args.model, graph.num_features, args.hidden, graph.num_classes, args.layers,
+                            args.dropout, args.heads)
     try:
         trainer = Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                           seed=args.seed, log_path=args.log, checkpoint_dir=args.checkpoint_dir,

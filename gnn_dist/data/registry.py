@@ -4,22 +4,23 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from gnn_dist.data import real, synthetic, temporal
+from gnn_dist.data import hetero, real, synthetic, temporal
 from partition.errors import PartitionError
 from partition.graph import Graph
+from partition.hetero import HeteroGraph
 from partition.temporal import Snapshots
 
 GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw}
 TEMPORAL = ("chickenpox", "england_covid")
 DATASETS = ("cora", "karate", "nx:<generator>", "file:<path.npz>", *(f"{g}:key=value,..." for g in GENERATORS),
-            *TEMPORAL, "json:<path.json>", "dsbm:key=value,...")
+            *TEMPORAL, "json:<path.json>", "dsbm:key=value,...", "hsbm:key=value,...", "hfile:<path.npz>")
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     """'sbm:nodes=10,seed=1' -> ('sbm', {'nodes': '10', 'seed': '1'})."""
     name, _, rest = spec.partition(":")
     params: dict[str, str] = {}
-    if rest and name not in ("nx", "file", "json"):
+    if rest and name not in ("nx", "file", "json", "hfile"):
         for item in rest.split(","):
             key, eq, value = item.partition("=")
             if not eq or not key.strip() or not value.strip():
@@ -47,9 +48,14 @@ def is_temporal(spec: str) -> bool:
     return name in TEMPORAL or name in ("json", "dsbm")
 
 
-def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph | Snapshots:
-    """Load by name; see DATASETS for the accepted forms. Dynamic graphs come back as `Snapshots`."""
+def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph | Snapshots | HeteroGraph:
+    """Load by name; see DATASETS for the accepted forms. Dynamic graphs come back as `Snapshots`,
+    typed ones as `HeteroGraph`."""
     name, params = parse_spec(spec)
+    if name == "hsbm":
+        return hetero.hsbm(**_typed_params(hetero.hsbm, params, spec))
+    if name == "hfile":
+        return hetero.from_npz(spec.partition(":")[2])
     if name in TEMPORAL and not params:
         return temporal.load_named(name, data_dir)
     if name == "json":

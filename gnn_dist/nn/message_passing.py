@@ -39,7 +39,7 @@ class HaloSpMM(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         op, graph = ctx.op, ctx.graph
         ex = graph.exchange
-        nc, ni = graph.num_central, graph.num_inner
+        nc, ni = op.central.shape[0], graph.num_inner  # central rows of the operator (several per node if stacked)
         grad = grad.contiguous()
         g_m = op.marginal_t @ grad[nc:] if op.marginal.shape[0] else grad.new_zeros(graph.num_src, grad.shape[1])
         pending = ex.start_backward(g_m[ni:]) if ex is not None else None
