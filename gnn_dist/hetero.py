@@ -23,7 +23,7 @@ from gnn_dist.graph import LocalGraph, SplitOperator, _to_torch_csr
 from gnn_dist.launch import DistContext
 from gnn_dist.loader import load_partition
 from partition.errors import PartitionError
-from partition.store import read_meta, read_part, read_typed_features
+from partition.store import read_meta, read_part, read_relagg, read_typed_features
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Types:
     index: list[torch.Tensor]  # per node type: local ids of those rows
     target: str
     views: dict = field(default_factory=dict, repr=False)
+    relagg: object = None  # gnn_dist.relagg.RelAggPlan when R-GCN sends relation aggregates first
 
     @property
     def num_relations(self) -> int:
@@ -84,13 +85,20 @@ def local_hetero(hg, device: torch.device = torch.device("cpu")) -> LocalGraph:
 
 
 def load_hetero_partition(path: str | Path, ctx: DistContext, overlap: bool = True, verify: bool = True,
-                          exchange=None) -> LocalGraph:
+                          exchange=None, relagg: bool = False) -> LocalGraph:
+    """This rank's typed part; `relagg` prepares relation-aggregation-first exchange for R-GCN."""
     meta = read_meta(path)
     if "node_types" not in meta or meta.get("format_version") != 2:
         raise PartitionError(f"{path} does not hold a heterogeneous graph (no node types)")
     graph = load_partition(path, ctx, overlap, verify, exchange)
     plan = read_part(path, ctx.rank, meta, verify=False)
-    return attach_types(graph, plan, meta, read_typed_features(path, ctx.rank, meta))
+    graph = attach_types(graph, plan, meta, read_typed_features(path, ctx.rank, meta))
+    if relagg and graph.exchange is not None:
+        from gnn_dist.relagg import build_plan
+
+        graph.types.relagg = build_plan(graph, read_relagg(path, ctx.rank), ctx.rank)
+        graph.types.relagg.stats = graph.exchange.stats["raf"]
+    return graph
 
 
 def relation_view(graph: LocalGraph, r: int) -> LocalGraph:

@@ -19,7 +19,7 @@ import numpy as np
 
 from partition.build import PartPlan, build_parts
 from partition.methods import assign_parts
-from partition.store import SNAPSHOT_VERSION, write_partition
+from partition.store import SNAPSHOT_FILE, SNAPSHOT_VERSION, write_partition
 from partition.temporal import Snapshots
 
 
@@ -153,4 +153,4 @@ def write_snapshot_partition(out, seq: Snapshots, num_parts: int, method: str = 
         "num_train_snapshots": seq.num_train, "weighted": True, "node_types": None, "edge_types": None,
         "churn": churn, "churn_summary": summary,
     }
-    return write_partition(out, meta, parts, plans, force=force, version=SNAPSHOT_VERSION, extras=lambda k: diffs[k])
+    return write_partition(out, meta, parts, plans, force=force, version=SNAPSHOT_VERSION, extras=lambda k: {SNAPSHOT_FILE: diffs[k]})

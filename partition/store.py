@@ -25,8 +25,9 @@ SNAPSHOT_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 PART_FILES = ("graph.npz", "nodes.npz", "features.npy", "labels.npy", "masks.npz", "halo.npz")
 TYPED_FEATURES_FILE = "typed_features.npz"  # x_<type id>: inner rows of that type, in local order
+RELAGG_FILE = "relagg.npz"  # relation-aggregation-first plans, keyed by destination
 SNAPSHOT_FILE = "snapshots.npz"
-EXTRA_FILES = {HETERO_VERSION: (TYPED_FEATURES_FILE,), SNAPSHOT_VERSION: (SNAPSHOT_FILE,)}
+EXTRA_FILES = {HETERO_VERSION: (TYPED_FEATURES_FILE, RELAGG_FILE), SNAPSHOT_VERSION: (SNAPSHOT_FILE,)}
 
 
 def part_files(meta: dict) -> tuple[str, ...]:
@@ -83,7 +84,7 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
 
     `summarize(rows)` may add whole-partition figures (e.g. stats) to the metadata
     once the per-part rows are known. Versions 2 and 3 add one file per part
-    (typed features, snapshot differences): `extras(k)` returns its arrays.
+    (typed features, snapshot differences): `extras(k)` returns {file name: arrays}.
     """
     names = part_files({"format_version": version})
     out = Path(out)
@@ -97,9 +98,9 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
         for plan in plans:
             folder = stage / f"part-{plan.part}"
             _write_part(folder, plan)
+            files = extras(plan.part) if version in EXTRA_FILES else {}
             for name in EXTRA_FILES.get(version, ()):
-                arrays = extras(plan.part)
-                _save(folder / name, lambda f: np.savez(f, **arrays))
+                _save(folder / name, lambda f: np.savez(f, **files[name]))
             for name in names:
                 checksums[f"part-{plan.part}/{name}"] = sha256_file(folder / name)
             rows.append({"inner": plan.num_inner, "halo": plan.num_halo, "central": plan.num_central,
@@ -240,6 +241,15 @@ def read_typed_features(path: str | Path, part: int, meta: dict) -> list[np.ndar
             raise PartitionError(f"{f}: node type '{meta['node_types'][t]}' has feature width "
                                  f"{x.shape[1] if x.ndim == 2 else x.shape}, partition.json says {width} (feature width mismatch)")
     return xs
+
+
+def read_relagg(path: str | Path, part: int) -> dict:
+    f = Path(path) / f"part-{part}" / RELAGG_FILE
+    try:
+        with np.load(f) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise PartitionError(f"relation-aggregation plans {f} cannot be read: {e}") from None
 
 
 def read_snapshots(path: str | Path, part: int, meta: dict) -> dict:

@@ -34,6 +34,15 @@ def main() -> None:
             res[overlap] = step0(model, graph, trainer)
         (lo, go), (ln, gn) = res[True], res[False]
         same = torch.equal(lo, ln) and all(torch.equal(a, b) for a, b in zip(go, gn))
+        if kind == "rgcn":  # relation aggregates first: the same numbers, other bytes
+            graph = load_hetero_partition(d, ctx, relagg=True)
+            torch.manual_seed(0)
+            model = HeteroGNN(kind, graph.types.feature_dims, 8, graph.num_classes, meta["edge_types"], num_bases=2)
+            trainer = Trainer(model, graph, ctx, lr=0.01, weight_decay=0.0, progress=False)
+            la, ga = step0(model, graph, trainer)
+            raf_bytes = sum(sum(rec["bytes"]) for rec in graph.exchange.epoch_metrics().values()) if graph.exchange else 0
+            np.savez(out_dir / f"rgcn-relagg-rank{ctx.rank}.npz", logits=la.numpy(), raf_bytes=raf_bytes,
+                     **{f"grad_{i}": g.numpy() for i, g in enumerate(ga)})
         np.savez(out_dir / f"{kind}-rank{ctx.rank}.npz", global_ids=graph.global_ids[: graph.num_inner],
                  logits=lo.numpy(), overlap_identical=same, **{f"grad_{i}": g.numpy() for i, g in enumerate(go)})
     ctx.close()

@@ -15,6 +15,7 @@ from gnn_dist.graph import LocalGraph
 from gnn_dist.hetero import relation_operator, relation_view
 from gnn_dist.nn.conv import SAGEConv, _glorot
 from gnn_dist.nn.message_passing import HaloSpMM
+from gnn_dist.relagg import RelAggSpMM
 
 
 class TypedLinear(nn.Module):
