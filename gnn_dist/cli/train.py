@@ -15,6 +15,9 @@ def add_parser(sub) -> None:
                    help="static: gcn | sage | gat | gin; dynamic (a partition of snapshots): evolvegcn | gcrn; "
                         "typed (a heterogeneous partition): rgcn | hsage (GraphSAGE per relation, HeteroConv)")
     p.add_argument("--num-bases", type=int, default=2, help="rgcn: basis matrices shared by the relations (0: none)")
+    p.add_argument("--relagg", action="store_true",
+                   help="rgcn: owners send per-relation partial aggregates instead of raw rows where the "
+                        "partitioner found that fewer (relation-aggregation-first)")
     p.add_argument("--layers", type=int, default=None, help="graph layers (default 2; dynamic models 1)")
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--heads", type=int, default=8, help="attention heads of hidden GAT layers (default 8)")
@@ -82,6 +85,8 @@ def check_args(a: argparse.Namespace) -> None:
     rules = [
         (a.window >= 1, f"--window must be >= 1, got {a.window}"),
         (a.num_bases >= 0, f"--num-bases must be >= 0, got {a.num_bases}"),
+        (not a.relagg or (a.model == "rgcn" and a.codec == "fp32" and not a.staleness and not a.skip_threshold),
+         "--relagg applies to --model rgcn with exact fp32 messages"),
         (not dynamic or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
          "dynamic models take --codec fp32/fp16/bf16/int8/int4/int2 and overlap; adaptive, staleness and "
          "skipping apply to static graphs"),
@@ -131,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         from gnn_dist.nn.hetero import HeteroGNN
 
         graph = load_hetero_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify,
-                                      exchange=exchange_config(args))
+                                      exchange=exchange_config(args), relagg=args.relagg)
         torch.manual_seed(args.seed)
         model = HeteroGNN(args.model, graph.types.feature_dims, args.hidden, graph.num_classes, meta["edge_types"],
                           args.layers, args.num_bases or None, args.dropout)
