@@ -9,8 +9,12 @@
 from gnn_dist import nn
 from gnn_dist.graph import LocalGraph
 from gnn_dist.launch import DistContext, init
+from gnn_dist.hetero import load_hetero_partition, local_hetero
 from gnn_dist.loader import load_partition
+from gnn_dist.snapshots import SnapshotSequence
+from gnn_dist.temporal_trainer import TemporalTrainer
 from gnn_dist.trainer import Trainer
 
 __version__ = "0.1.0"
-__all__ = ["nn", "LocalGraph", "DistContext", "init", "load_partition", "Trainer"]
+__all__ = ["nn", "LocalGraph", "DistContext", "init", "load_partition", "Trainer", "load_hetero_partition",
+           "local_hetero", "SnapshotSequence", "TemporalTrainer"]

@@ -122,5 +122,8 @@ def run_hetero(args: argparse.Namespace, hg: HeteroGraph, balance: tuple, t0: fl
     for t, name in enumerate(meta["node_types"]):
         counts = [row[t] for row in meta["type_counts"]]
         print(f"{name:>12}: per part {' / '.join(map(str, counts))} (max {max(counts) / (sum(counts) / len(counts)):.3f}x mean)")
+    ra = meta["relagg"]
+    print(f"relation aggregates first: {ra['relations_aggregated']} of {ra['pair_relations']} (owner, receiver, relation) "
+          f"triples, {ra['relagg_rows']} rows per layer instead of {ra['raw_rows']}")
     log(f"wrote {args.out} (total {time.perf_counter() - t0:.1f}s)")
     return 0

@@ -148,12 +148,24 @@ def run(args: argparse.Namespace) -> int:
         torch.manual_seed(args.seed)
         model = build_model(args.model, graph.num_features, args.hidden, graph.num_classes, args.layers,
                             args.dropout, args.heads)
-    try:
+    def fit() -> dict:
         trainer = Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                           seed=args.seed, log_path=args.log, checkpoint_dir=args.checkpoint_dir,
                           checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
                           progress=not args.quiet)
-        final = trainer.fit(args.epochs, resume=args.resume)
+        return trainer.fit(args.epochs, resume=args.resume)
+
+    return fit_and_report(ctx, args, model, fit, lambda f: (
+        f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | train acc {f['train_acc']:.4f} | "
+        f"val acc {f['val_acc']:.4f} | test acc {f['test_acc']:.4f}"))
+
+
+def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
+    """Train; a broken collective names the lost rank; rank 0 saves the model and prints one summary line."""
+    try:
+        final = fit()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     except RuntimeError as e:  # a collective broke: name the lost rank if the watchdog can
         if ctx.watchdog is not None:
             ctx.watchdog.blame()
@@ -163,8 +175,7 @@ def run(args: argparse.Namespace) -> int:
             from gnn_dist.checkpoint import save_atomic
 
             save_atomic({"model": model.state_dict(), "args": vars(args) | {"run": None}}, args.save_model)
-        print(f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f} | "
-              f"train acc {final['train_acc']:.4f} | val acc {final['val_acc']:.4f} | test acc {final['test_acc']:.4f}")
+        print(summary(final))
         sys.stdout.flush()
     ctx.close()
     return 0
@@ -187,24 +198,15 @@ def run_dynamic(args: argparse.Namespace, meta: dict) -> int:
         model = build_temporal_model(args.model, seq.num_features, args.hidden, out, args.layers)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    try:
+    def fit() -> dict:
         trainer = TemporalTrainer(model, seq, ctx, window=args.window, optimizer=args.optimizer, lr=args.lr,
                                   weight_decay=args.weight_decay, seed=args.seed, log_path=args.log,
                                   eval_every=args.eval_every, progress=not args.quiet)
-        final = trainer.fit(args.epochs)
-    except RuntimeError as e:
-        if ctx.watchdog is not None:
-            ctx.watchdog.blame()
-        ctx.fail(f"collective failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    if ctx.is_main:
-        if args.save_model:
-            from gnn_dist.checkpoint import save_atomic
+        return trainer.fit(args.epochs)
 
-            save_atomic({"model": model.state_dict(), "args": vars(args) | {"run": None}}, args.save_model)
+    def summary(final: dict) -> str:
         parts = [f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f}"]
         parts += [f"{k.replace('_', ' ')} {v:.4f}" for k, v in final.items() if k.startswith(("train_", "test_"))]
-        parts.append(f"plan time {seq.plan_seconds:.2f}s")
-        print(" | ".join(parts))
-        sys.stdout.flush()
-    ctx.close()
-    return 0
+        return " | ".join(parts + [f"plan time {seq.plan_seconds:.2f}s"])
+
+    return fit_and_report(ctx, args, model, fit, summary)
