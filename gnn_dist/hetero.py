@@ -97,7 +97,6 @@ def load_hetero_partition(path: str | Path, ctx: DistContext, overlap: bool = Tr
         from gnn_dist.relagg import build_plan
 
         graph.types.relagg = build_plan(graph, read_relagg(path, ctx.rank), ctx.rank)
-        graph.types.relagg.stats = graph.exchange.stats["raf"]
     return graph
 
 

@@ -33,7 +33,7 @@ class RelAggPlan:
     pos: torch.Tensor  # where received aggregates land in the [R * n_inner] aggregate
     op: SplitOperator  # stacked relation operator without the aggregated cross edges
     group: object
-    stats: object = None  # ChannelStats to count bytes into
+    exchange: object = None  # the row exchange: its per-channel stats count these bytes too
 
     @property
     def send_splits(self) -> list[int]:
@@ -83,14 +83,15 @@ def build_plan(graph: LocalGraph, arrays: dict, rank: int) -> RelAggPlan:
     return RelAggPlan(torch.from_numpy(send_idx[send_keep]).to(dev), raw_send, raw_recv,
                       torch.from_numpy(np.flatnonzero(halo_keep)).to(dev), sums, sums_t,
                       arrays["b_rows"].tolist(), arrays["pos_counts"].tolist(),
-                      torch.from_numpy(arrays["pos"]).to(dev), op, ex.group)
+                      torch.from_numpy(arrays["pos"]).to(dev), op, ex.group, ex)
 
 
 def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int], plan: RelAggPlan):
     out = send.new_empty(out_rows, send.shape[1])
     work = dist.all_to_all_single(out, send, out_splits, in_splits, group=plan.group, async_op=True)
-    if plan.stats is not None:
-        plan.stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits)
+    if plan.exchange is not None:
+        stats = plan.exchange.stats["raf.eval" if plan.exchange.exact else "raf"]
+        stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits)
     return out, work
 
 

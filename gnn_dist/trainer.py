@@ -88,6 +88,8 @@ class Trainer:
                 record.update(self.evaluate())
             if self.graph.exchange is not None:
                 record["halo"] = self.graph.exchange.epoch_metrics()
+                sent = sum(sum(c["bytes"]) for k, c in record["halo"].items() if not k.endswith("eval"))
+                record["halo_bytes_all_ranks"] = int(all_sum(torch.tensor([float(sent)]), self.ctx)[0])
             self._log(record)
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{record.get('val_acc', float('nan')):.3f}", s=f"{dt:.3f}")
             if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:

@@ -40,7 +40,8 @@ def test_train_rgcn_with_and_without_relation_aggregates(hsbm2, tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         finals.append(json.loads(log.read_text().splitlines()[-1]))
     assert abs(finals[0]["loss"] - finals[1]["loss"]) < 1e-5  # exact either way
-    assert "raf" in finals[1]["halo"] and "raf" not in finals[0]["halo"]
+    assert sum(finals[1]["halo"]["raf"]["bytes"]) > 0 and "raf" not in finals[0]["halo"]
+    assert "fwd.L0" not in finals[1]["halo"]  # every R-GCN layer took the aggregate path
 
 
 def _hfile(path: Path, **override) -> str:

@@ -64,11 +64,12 @@ class RGCNConv(nn.Module):
                                                                        self.out_channels)
 
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
-        op = relation_operator(graph)
-        r, nc, n = self.num_relations, graph.num_central, graph.num_inner
-        agg = HaloSpMM.apply(x, op, graph)  # rows: (r, central) then (r, marginal)
-        f = x.shape[1]
-        agg = torch.cat([agg[: r * nc].view(r, nc, f), agg[r * nc:].view(r, n - nc, f)], dim=1)
+        r, nc, n, f = self.num_relations, graph.num_central, graph.num_inner, x.shape[1]
+        if graph.types.relagg is not None:  # partial aggregates for some (owner, relation) pairs
+            agg = RelAggSpMM.apply(x, graph.types.relagg, graph, r)
+        else:
+            agg = HaloSpMM.apply(x, relation_operator(graph), graph)  # rows: (r, central) then (r, marginal)
+            agg = torch.cat([agg[: r * nc].view(r, nc, f), agg[r * nc:].view(r, n - nc, f)], dim=1)
         out = torch.einsum("rnf,rfo->no", agg, self.relation_weights()) + x @ self.root
         return out + self.bias if self.bias is not None else out
 
