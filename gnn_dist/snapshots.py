@@ -27,6 +27,7 @@ from gnn_dist.exchange import ExchangeConfig, HaloExchange
 from gnn_dist.graph import LocalGraph
 from gnn_dist.launch import DistContext, LaunchError
 from partition.errors import PartitionError
+from partition.build import concat_ranges
 from partition.snapshot_plans import unpack
 from partition.store import read_meta, read_part, read_snapshots
 
@@ -77,33 +78,33 @@ class SnapshotSequence:
 
     # --------------------------------------------------------------- passes
     def __iter__(self):
-        """Snapshots 0..T-1 in order (a pass re-derives them unless cached)."""
-        if self.cache and len(self._cached) == self.num_snapshots:
-            yield from self._cached
-            return
-        self._cached = []
-        key, w = np.zeros(0, np.int64), np.zeros(0, np.float32)
-        recv = np.zeros(self.num_local - self.num_inner, bool)
-        send = np.zeros(self.union_send_idx.shape[0], bool)
-        marg = np.zeros(self.num_inner, bool)
-        prev = None
-        for t in range(self.num_snapshots):
+        """Snapshots 0..T-1 in order (a pass re-derives them unless cached).
+
+        With the cache, a pass that stopped early (training stops at the last
+        training snapshot) is resumed from where derivation stopped.
+        """
+        if not self.cache or not self._cached:
+            self._cached = []
+            self._resume = (np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(self.num_local - self.num_inner, bool),
+                            np.zeros(self.union_send_idx.shape[0], bool), np.zeros(self.num_inner, bool), None)
+        yield from list(self._cached)
+        key, w, recv, send, marg, prev = self._resume
+        for t in range(len(self._cached), self.num_snapshots):
             t0 = time.perf_counter()
             d = self.diffs
             part = lambda name: unpack(d[name], d[name + "_off"], t)
             unchanged = (t > 0 and not any(part(n).size for n in ("add_key", "del_key", "rew_key"))
                          and np.array_equal(d["in_weight"][t], d["in_weight"][t - 1])
                          and np.array_equal(d["self_loop"][t], d["self_loop"][t - 1]))
-            if part("del_key").size:
-                keep = ~np.isin(key, part("del_key"), assume_unique=True)
-                key, w = key[keep], w[keep]
+            if part("del_key").size:  # stored keys are sorted: delete and insert by position, no sort
+                gone = np.searchsorted(key, part("del_key"))
+                key, w = np.delete(key, gone), np.delete(w, gone)
             if part("rew_key").size:
                 w = w.copy()
                 w[np.searchsorted(key, part("rew_key"))] = part("rew_w")
             if part("add_key").size:
-                key, w = np.concatenate([key, part("add_key")]), np.concatenate([w, part("add_w")])
-                order = np.argsort(key, kind="stable")
-                key, w = key[order], w[order]
+                at = np.searchsorted(key, part("add_key"))
+                key, w = np.insert(key, at, part("add_key")), np.insert(w, at, part("add_w"))
             if self.mode == "incremental":
                 if unchanged and prev is not None:
                     sg = prev
@@ -121,6 +122,7 @@ class SnapshotSequence:
                 self._seen[id(sg.graph.exchange)] = sg.graph.exchange
             if self.cache:
                 self._cached.append(sg)
+                self._resume = (key, w, recv, send, marg, prev)
             yield sg
 
     def _derive(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -155,10 +157,13 @@ class SnapshotSequence:
         colmap = np.full(n_loc, -1, np.int64)
         colmap[:n_in] = inv
         colmap[n_in + halo] = n_in + np.arange(halo.shape[0])
-        rows, cols = inv[key // n_loc], colmap[key % n_loc]
-        order = np.lexsort((cols, rows))
+        # keys are sorted by union row, so each row's edges are one block: reorder blocks, no sort needed
+        counts = np.bincount(key // n_loc, minlength=n_in)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        order = concat_ranges(starts[perm], counts[perm])
         indptr = np.zeros(n_in + 1, np.int64)
-        np.cumsum(np.bincount(rows, minlength=n_in), out=indptr[1:])
+        np.cumsum(counts[perm], out=indptr[1:])
+        cols = colmap[key % n_loc]
         local = np.concatenate([perm, n_in + halo])
         dev = self.ctx.device
         ex = None

@@ -64,7 +64,7 @@ def local_order(graph: Graph, parts: np.ndarray, num_parts: int) -> tuple[np.nda
     return local_id, marginal, cross
 
 
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenate arange(s, s + c) for every (s, c) without a Python loop."""
     total = int(counts.sum())
     if total == 0:
@@ -105,7 +105,7 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
         glob = np.concatenate([inner, h])
 
         counts = np.diff(graph.indptr)[inner]
-        eids = _ranges(graph.indptr[inner], counts)
+        eids = concat_ranges(graph.indptr[inner], counts)
         srcs = graph.indices[eids]
         local_src = np.empty_like(srcs)
         own = parts[srcs] == p

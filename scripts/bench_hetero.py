@@ -31,20 +31,27 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="hsbm:papers=20000,authors=12000,venues=16,classes=4,homophily=0.6,"
-                                         "signal=0.5,paper_signal=0.2,seed=0")
+    ap.add_argument("--dataset", action="append", default=None,
+                    help="typed graph spec; repeat for several (default: two typed SBMs, few and prolific authors)")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=32)
     a = ap.parse_args()
+    common = "venues=16,classes=4,homophily=0.6,signal=0.5,paper_signal=0.2,seed=0"
+    for spec in a.dataset or [f"hsbm:papers=20000,authors=12000,{common}",
+                              f"hsbm:papers=20000,authors=2000,writes=6,{common}"]:
+        bench(spec, a)
+
+
+def bench(spec: str, a: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as d:
         part = Path(d) / "part"
-        run([sys.executable, "-m", "gnn_dist", "partition", "--dataset", a.dataset, "--parts", str(a.ranks),
+        run([sys.executable, "-m", "gnn_dist", "partition", "--dataset", spec, "--parts", str(a.ranks),
              "--out", str(part)])
         meta = json.loads((part / "partition.json").read_text())
         ra = meta["relagg"]
-        print(f"{meta['graph']}: {meta['num_nodes']} nodes ({', '.join(f'{t} {n}' for t, n in zip(meta['node_types'], meta['node_counts']))}), "
+        print(f"\n{spec}\n{meta['graph']}: {meta['num_nodes']} nodes ({', '.join(f'{t} {n}' for t, n in zip(meta['node_types'], meta['node_counts']))}), "
               f"{meta['num_edges']} edges, {len(meta['edge_types'])} relations, {a.ranks} parts; "
               f"{ra['relations_aggregated']} of {ra['pair_relations']} (owner, receiver, relation) triples aggregated")
         rows = {}
@@ -66,7 +73,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|")
         for name, (b, accs) in rows.items():
             print(f"| {name} | {plan_rows[name]} | {b / 1e6:.2f} MB | {b / base:.3f} | "
-                  f"{' / '.join(f'{x:.4f}' for x in accs)} | {np.mean(accs):.4f} |")
+                  f"{' / '.join(f'{x:.4f}' for x in accs)} | {np.mean(accs):.4f} |", flush=True)
 
 
 if __name__ == "__main__":
