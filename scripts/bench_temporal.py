@@ -110,7 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=["accuracy", "speed"], default="accuracy")
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--epochs", type=int, default=None, help="default 30 (accuracy), 4 (speed)")
+    ap.add_argument("--epochs", type=int, default=None, help="default 30 (accuracy), 8 (speed)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--window", type=int, default=8)
@@ -119,7 +119,7 @@ def main() -> None:
     ap.add_argument("--dsbm", default="dsbm:nodes=50000,communities=8,snapshots=12,avg_degree=10,drift=0.05,"
                                       "features=32,signal=0.4,seed=0")
     a = ap.parse_args()
-    a.epochs = a.epochs or (30 if a.part == "accuracy" else 4)
+    a.epochs = a.epochs or (30 if a.part == "accuracy" else 8)
     with tempfile.TemporaryDirectory() as d:
         (accuracy if a.part == "accuracy" else speed)(a, Path(d))
 
