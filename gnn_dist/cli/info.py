@@ -30,6 +30,15 @@ def run(args: argparse.Namespace) -> int:
           + ("" if args.no_verify else ", checksums ok"))
     if "stats" in meta:
         print(format_stats(meta["stats"], meta["parts"]))
+    if meta.get("format_version") == 2:
+        print(f"node types: " + ", ".join(f"{t} {n} x {w}" for t, n, w in zip(meta["node_types"], meta["node_counts"],
+                                                                          meta["feature_dims"]))
+              + f"; target {meta['target_type']}; relations: {', '.join(meta['edge_types'])}")
+        for k, row in enumerate(meta["type_counts"]):
+            print(f"  part {k}: " + " / ".join(f"{t} {c}" for t, c in zip(meta["node_types"], row)))
+        ra = meta["relagg"]
+        print(f"relation aggregates first: {ra['relations_aggregated']} of {ra['pair_relations']} triples, "
+              f"{ra['relagg_rows']} rows per layer instead of {ra['raw_rows']}")
     if "churn_summary" in meta:
         c = meta["churn_summary"]
         print(f"{meta['num_snapshots']} snapshots ({meta['num_train_snapshots']} train), {meta['task']}; halo "
