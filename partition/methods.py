@@ -100,10 +100,20 @@ def contiguous_parts(graph: Graph, num_parts: int, **_: object) -> np.ndarray:
     return (np.searchsorted(bounds, np.arange(graph.num_nodes), side="right") - 1).astype(np.int32)
 
 
+def streaming_parts(graph: Graph, num_parts: int, seed: int = 0, method: str = "fennel", passes: int = 1,
+                    **_: object) -> np.ndarray:
+    """LDG / Fennel in one (or a few) streaming passes: for graphs too big for METIS's memory."""
+    from partition.streaming import stream_parts
+
+    return stream_parts(undirected_adjacency(graph), num_parts, method, seed=seed, passes=passes)
+
+
 METHODS: dict[str, Callable[..., np.ndarray]] = {
     "metis": metis_parts,
     "random": random_parts,
     "contiguous": contiguous_parts,
+    "ldg": lambda g, k, **kw: streaming_parts(g, k, method="ldg", **kw),
+    "fennel": lambda g, k, **kw: streaming_parts(g, k, method="fennel", **kw),
 }
 
 

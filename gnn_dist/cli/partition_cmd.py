@@ -21,7 +21,10 @@ def add_parser(sub) -> None:
                         "| dynamic: chickenpox | england_covid | json:SERIES.json | dsbm:key=value,... "
                         "| typed: hsbm:key=value,... | hfile:GRAPH.npz")
     p.add_argument("--parts", type=int, required=True, help="number of parts (= training ranks)")
-    p.add_argument("--method", default="metis", choices=["metis", "random", "contiguous"])
+    p.add_argument("--method", default="metis", choices=["metis", "random", "contiguous", "ldg", "fennel"],
+                   help="metis (default), baselines random and contiguous, or streaming ldg / fennel for graphs "
+                        "whose METIS run would not fit in memory")
+    p.add_argument("--passes", type=int, default=1, help="streaming methods: passes over the nodes (restreaming)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--seed", type=int, default=0, help="seed for METIS and the random baseline (default 0)")
     p.add_argument("--balance", default="", help="extra METIS balance constraints, comma separated: train,degree")
@@ -35,6 +38,19 @@ def add_parser(sub) -> None:
 def log(msg: str) -> None:
     sys.stderr.write(f"[gnn-dist] {msg}\n")
     sys.stderr.flush()
+
+
+def graph_bytes(graph) -> int:
+    e, n = graph.num_edges, graph.num_nodes
+    return 8 * (n + 1) + 8 * e + (4 * e if graph.edge_weight is not None else 0) + graph.x.nbytes + 11 * n
+
+
+def estimate_peak_bytes(graph, method: str) -> int:
+    """The graph, plus the symmetric adjacency the method builds (COO -> CSR, sum with its transpose:
+    about four int64 copies of 2E entries for METIS and the streaming methods), plus one part's plan."""
+    e = graph.num_edges
+    work = 4 * 16 * e if method in ("metis", "ldg", "fennel") else 8 * graph.num_nodes
+    return graph_bytes(graph) + work + graph_bytes(graph) // 2
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,12 +74,18 @@ def run(args: argparse.Namespace) -> int:
         f"{graph.num_classes} classes ({time.perf_counter() - t0:.1f}s)")
     if args.parts < 1 or args.parts > graph.num_nodes:
         raise PartitionError(f"--parts must be between 1 and the number of nodes ({graph.num_nodes}), got {args.parts}")
+    log(f"estimated peak memory {estimate_peak_bytes(graph, args.method) / 2**30:.2f} GiB "
+        f"(graph {graph_bytes(graph) / 2**30:.2f} GiB held once, plus the {args.method} working set)")
     t1 = time.perf_counter()
     kwargs = {"seed": args.seed}
     if args.method == "metis":
         kwargs.update(balance=balance, objective=args.objective)
     elif balance:
         raise PartitionError("--balance applies to --method metis only")
+    if args.method in ("ldg", "fennel"):
+        if args.passes < 1:
+            raise PartitionError(f"--passes must be >= 1, got {args.passes}")
+        kwargs.update(passes=args.passes)
     log(f"assigning {args.parts} parts with {args.method}")
     parts = assign_parts(graph, args.parts, args.method, **kwargs)
     t_assign = time.perf_counter() - t1

@@ -10,7 +10,7 @@ from partition.graph import Graph
 from partition.hetero import HeteroGraph
 from partition.temporal import Snapshots
 
-GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw}
+GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw, "rmat": synthetic.rmat}
 TEMPORAL = ("chickenpox", "england_covid")
 DATASETS = ("cora", "karate", "nx:<generator>", "file:<path.npz>", *(f"{g}:key=value,..." for g in GENERATORS),
             *TEMPORAL, "json:<path.json>", "dsbm:key=value,...", "hsbm:key=value,...", "hfile:<path.npz>")

@@ -82,3 +82,35 @@ def powerlaw(nodes: int = 1000, avg_degree: float = 10.0, exponent: float = 2.5,
     x = _class_features(y, classes, features, signal, rng)
     return Graph.from_edges(s, d, nodes, x, y, *_masks(nodes, rng, train, val, test),
                             name=f"powerlaw-{nodes}", num_classes=classes)
+
+
+def rmat(scale: int = 16, edges: int = 500_000, a: float = 0.57, b: float = 0.19, c: float = 0.19,
+         classes: int = 8, features: int = 16, signal: float = 0.3, train: float = 0.1, val: float = 0.1,
+         test: float = 0.8, seed: int = 0) -> Graph:
+    """R-MAT (Chakrabarti et al.): 2^scale nodes, `edges` directed edges after symmetrising
+    (about edges / 2 pairs drawn), recursive quadrant probabilities a, b, c, 1 - a - b - c.
+
+    Node ids are shuffled so that the heavy ids are not all small. Drawn in
+    chunks, so the generator itself never holds more than the edge list.
+    """
+    d = 1.0 - a - b - c
+    if scale < 2 or scale > 40 or edges < 1 or min(a, b, c, d) < 0:
+        raise PartitionError("rmat needs 2 <= scale <= 40, edges >= 1 and a, b, c >= 0 with a + b + c <= 1")
+    rng = np.random.default_rng(seed)
+    n = 1 << scale
+    pairs = edges // 2
+    src, dst = np.empty(pairs, np.int64), np.empty(pairs, np.int64)
+    for lo in range(0, pairs, 1 << 21):
+        k = min(1 << 21, pairs - lo)
+        s, t = np.zeros(k, np.int64), np.zeros(k, np.int64)
+        for _ in range(scale):
+            u = rng.random(k)
+            s = (s << 1) | (u >= a + b)
+            t = (t << 1) | (((u >= a) & (u < a + b)) | (u >= a + b + c))
+        src[lo:lo + k], dst[lo:lo + k] = s, t
+    perm = rng.permutation(n)
+    s, t = _undirected(perm[src], perm[dst], n)
+    y = rng.integers(0, classes, n)
+    x = _class_features(y, classes, features, signal, rng)
+    return Graph.from_edges(s, t, n, x, y, *_masks(n, rng, train, val, test), name=f"rmat-{scale}",
+                            num_classes=classes)
