@@ -10,12 +10,22 @@ def add_parser(sub) -> None:
     p.add_argument("path", nargs="?", help="partition directory")
     p.add_argument("--run", dest="run_log", default=None, metavar="LOG", help="summarise a training log (--log JSONL) instead")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of every file")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="also write a PNG: part sizes and halo volumes (a partition), or loss and accuracy curves (--run)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.run_log:
         print(summarise_run(args.run_log))
+        if args.plot:
+            import json
+            from pathlib import Path
+
+            from gnn_dist.plots import plot_run
+
+            records = [json.loads(x) for x in Path(args.run_log).read_text().splitlines() if x.strip()]
+            print(f"plot: {plot_run(records, args.plot)}")
         return 0
     if not args.path:
         from gnn_dist.cli.main import UsageError
@@ -30,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
           + ("" if args.no_verify else ", checksums ok"))
     if "stats" in meta:
         print(format_stats(meta["stats"], meta["parts"]))
+    if args.plot:
+        from gnn_dist.plots import plot_partition
+
+        print(f"plot: {plot_partition(meta, args.plot)}")
     if meta.get("format_version") == 2:
         print(f"node types: " + ", ".join(f"{t} {n} x {w}" for t, n, w in zip(meta["node_types"], meta["node_counts"],
                                                                           meta["feature_dims"]))
