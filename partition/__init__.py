@@ -6,6 +6,7 @@ Runs on a big-memory CPU box with numpy, scipy and pymetis alone: it turns a
 from partition.errors import PartitionError
 from partition.graph import Graph
 from partition.methods import METHODS, assign_parts
+from partition.book import PartitionBook
 from partition.build import PartPlan, build_parts
 from partition.stats import partition_stats, format_stats
 from partition.store import FORMAT_VERSION, read_meta, read_part, write_partition
@@ -13,5 +14,5 @@ from partition.store import FORMAT_VERSION, read_meta, read_part, write_partitio
 __all__ = [
     "Graph", "PartitionError", "METHODS", "assign_parts", "PartPlan", "build_parts",
     "partition_stats", "format_stats", "FORMAT_VERSION", "read_meta", "read_part",
-    "write_partition",
+    "write_partition", "PartitionBook",
 ]
