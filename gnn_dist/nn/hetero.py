@@ -117,10 +117,15 @@ class HeteroGNN(nn.Module):
         else:
             raise ValueError(f"unknown typed model '{kind}' (choose rgcn or hsage)")
 
-    def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, graph: LocalGraph, embed: bool = False) -> torch.Tensor:
         """`x` is unused (the trainer passes graph.x): each node type's features come from graph.types."""
+        return self.embed_or_logits(graph, embed)
+
+    def embed_or_logits(self, graph: LocalGraph, embed: bool) -> torch.Tensor:
         h = self.input(graph)
         for i, conv in enumerate(self.convs):
+            if embed and i == len(self.convs) - 1:
+                return h
             h = conv(h, graph)
             if i + 1 < len(self.convs):
                 h = F.dropout(F.relu(h), self.dropout, self.training)

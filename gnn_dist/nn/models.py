@@ -38,8 +38,11 @@ class GNN(nn.Module):
             d_in = dims[i] * (heads if kind == "gat" and i > 0 else 1)
             self.convs.append(make_conv(kind, d_in, dims[i + 1], heads, last=i == layers - 1))
 
-    def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, graph: LocalGraph, embed: bool = False) -> torch.Tensor:
+        """Class logits; with `embed`, the node embeddings the last layer reads instead."""
         for i, conv in enumerate(self.convs):
+            if embed and i == len(self.convs) - 1:
+                return x
             x = F.dropout(x, p=self.dropout, training=self.training)
             x = conv(x, graph)
             if i < len(self.convs) - 1:
