@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from gnn_dist import checkpoint
-from gnn_dist.collectives import all_sum, broadcast, make_optimizer, sum_gradients, sync_parameters
+from gnn_dist.collectives import all_sum, broadcast, make_optimizer, make_schedule, sum_gradients, sync_parameters
 from gnn_dist.graph import LocalGraph
 from gnn_dist.launch import DistContext
 
@@ -31,10 +31,15 @@ class Trainer:
     def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, *, optimizer: str = "adam",
                  lr: float = 0.01, weight_decay: float = 5e-4, seed: int = 0, log_path: str | None = None,
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
-                 progress: bool = True):
+                 progress: bool = True, lr_schedule: str = "none", epochs: int = 0, lr_step: int = 50,
+                 lr_gamma: float = 0.5, early_stop: int = 0, keep_best: bool = False):
         self.model, self.graph, self.ctx = model.to(ctx.device), graph, ctx
         self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])  # rank 0's seed rules
         self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
+        self.sched = make_schedule(lr_schedule, self.opt, epochs, lr_step, lr_gamma)
+        # early stopping and best weights: judged on validation accuracy, which every rank sees alike
+        self.early_stop, self.keep_best = early_stop, keep_best or early_stop > 0
+        self.best: dict = {}
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.checkpoint_every, self.eval_every, self.progress = checkpoint_every, eval_every, progress
@@ -54,6 +59,8 @@ class Trainer:
         (loss_sum / self.num_train).backward()
         total = sum_gradients(self.model, self.ctx, loss_sum)
         self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
         return float(total[0]) / self.num_train
 
     @torch.no_grad()
@@ -90,16 +97,38 @@ class Trainer:
                 record["halo"] = self.graph.exchange.epoch_metrics()
                 sent = sum(sum(c["bytes"]) for k, c in record["halo"].items() if not k.endswith("eval"))
                 record["halo_bytes_all_ranks"] = int(all_sum(torch.tensor([float(sent)]), self.ctx)[0])
+            record["lr"] = self.opt.param_groups[0]["lr"]
             self._log(record)
             bar.set_postfix(loss=f"{loss:.4f}", val=f"{record.get('val_acc', float('nan')):.3f}", s=f"{dt:.3f}")
             if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:
                 self.save_checkpoint(epoch)
+            if self.keep_best and "val_acc" in record and self._track_best(epoch, record):
+                if self.ctx.is_main and self.early_stop:
+                    sys.stderr.write(f"[gnn-dist] early stop at epoch {epoch}: val acc has not improved for "
+                                     f"{self.early_stop} evaluations (best {self.best['val_acc']:.4f} at epoch "
+                                     f"{self.best['epoch']})\n")
+                break
         bar.close()
         if self.graph.exchange is not None:
             self.graph.exchange.drain()
-        if "test_acc" not in record and epochs > start:
+        if self.best:  # report (and keep) the weights of the best validation epoch
+            self.model.load_state_dict(self.best["model"])
+            record = dict(record, **self.evaluate(), best_epoch=self.best["epoch"])
+        elif "test_acc" not in record and epochs > start:
             record.update(self.evaluate())
         return record
+
+    def _track_best(self, epoch: int, record: dict) -> bool:
+        """Remember the best weights (rank 0 also writes best.pt); True when patience has run out."""
+        if not self.best or record["val_acc"] > self.best["val_acc"]:
+            state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.best = {"val_acc": record["val_acc"], "epoch": epoch, "model": state, "stale": 0}
+            if self.ckpt and self.ctx.is_main:
+                checkpoint.save_atomic({"epoch": epoch, "model": state, "val_acc": record["val_acc"]},
+                                       self.ckpt.with_name("best.pt"))
+            return False
+        self.best["stale"] += 1
+        return bool(self.early_stop) and self.best["stale"] >= self.early_stop
 
     def _log(self, record: dict) -> None:
         if self.log_path is not None:
@@ -110,7 +139,8 @@ class Trainer:
     def save_checkpoint(self, epoch: int) -> None:
         if self.ctx.is_main:
             checkpoint.save_atomic({"epoch": epoch, "seed": self.seed, "model": self.model.state_dict(),
-                                    "optimizer": self.opt.state_dict()}, self.ckpt)
+                                    "optimizer": self.opt.state_dict(),
+                                    "schedule": self.sched.state_dict() if self.sched else None}, self.ckpt)
 
     def _resume(self) -> int:
         """Rank 0 reads the checkpoint and broadcasts it, so ranks need no shared filesystem."""
@@ -123,4 +153,6 @@ class Trainer:
             return 0
         self.model.load_state_dict(state[0]["model"])
         self.opt.load_state_dict(state[0]["optimizer"])
+        if self.sched is not None and state[0].get("schedule"):
+            self.sched.load_state_dict(state[0]["schedule"])
         return int(state[0]["epoch"]) + 1

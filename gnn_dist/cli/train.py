@@ -26,6 +26,14 @@ def add_parser(sub) -> None:
     p.add_argument("--weight-decay", type=float, default=None, help="default 5e-4 (dynamic models 0)")
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    p.add_argument("--lr-schedule", default="none", choices=["none", "cosine", "step"],
+                   help="per-epoch learning rate: constant, cosine to zero, or x --lr-gamma every --lr-step epochs")
+    p.add_argument("--lr-step", type=int, default=50)
+    p.add_argument("--lr-gamma", type=float, default=0.5)
+    p.add_argument("--early-stop", type=int, default=0, metavar="N",
+                   help="stop when validation accuracy has not improved for N evaluations; keeps the best weights")
+    p.add_argument("--keep-best", action="store_true",
+                   help="end with the weights of the best validation epoch (also written to CHECKPOINT_DIR/best.pt)")
     p.add_argument("--seed", type=int, default=0, help="model and dropout seed (rank 0's value is used everywhere)")
     p.add_argument("--normalize-features", action="store_true", help="row-normalise input features")
     p.add_argument("--codec", default="fp32", choices=["fp32", "fp16", "bf16", "int8", "int4", "int2", "adaptive"],
@@ -85,6 +93,10 @@ def check_args(a: argparse.Namespace) -> None:
     rules = [
         (a.window >= 1, f"--window must be >= 1, got {a.window}"),
         (a.num_bases >= 0, f"--num-bases must be >= 0, got {a.num_bases}"),
+        (a.early_stop >= 0 and a.lr_step >= 1 and a.lr_gamma > 0, "--early-stop >= 0, --lr-step >= 1, --lr-gamma > 0 required"),
+        (not (a.early_stop or a.keep_best) or a.eval_every >= 1, "--early-stop/--keep-best need --eval-every >= 1"),
+        (not (dynamic and (a.early_stop or a.keep_best or a.lr_schedule != "none")),
+         "--early-stop, --keep-best and --lr-schedule apply to static and typed graphs"),
         (not a.relagg or (a.model == "rgcn" and a.codec == "fp32" and not a.staleness and not a.skip_threshold),
          "--relagg applies to --model rgcn with exact fp32 messages"),
         (not dynamic or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
@@ -152,12 +164,15 @@ def run(args: argparse.Namespace) -> int:
         trainer = Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                           seed=args.seed, log_path=args.log, checkpoint_dir=args.checkpoint_dir,
                           checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
-                          progress=not args.quiet)
+                          progress=not args.quiet, lr_schedule=args.lr_schedule, epochs=args.epochs,
+                          lr_step=args.lr_step, lr_gamma=args.lr_gamma, early_stop=args.early_stop,
+                          keep_best=args.keep_best)
         return trainer.fit(args.epochs, resume=args.resume)
 
     return fit_and_report(ctx, args, model, fit, lambda f: (
         f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | train acc {f['train_acc']:.4f} | "
-        f"val acc {f['val_acc']:.4f} | test acc {f['test_acc']:.4f}"))
+        f"val acc {f['val_acc']:.4f} | test acc {f['test_acc']:.4f}"
+        + (f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else "")))
 
 
 def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
