@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dataset", required=True,
                    help="cora | karate | nx:GENERATOR | file:GRAPH.npz | sbm:key=value,... | powerlaw:key=value,... "
                         "| dynamic: chickenpox | england_covid | json:SERIES.json | dsbm:key=value,... "
-                        "| typed: hsbm:key=value,... | hfile:GRAPH.npz")
+                        "| typed: hsbm:key=value,... | hfile:GRAPH.npz | edge list in chunks: edges:FILE_GLOB_OR_DIR")
     p.add_argument("--parts", type=int, required=True, help="number of parts (= training ranks)")
     p.add_argument("--method", default="metis", choices=["metis", "random", "contiguous", "ldg", "fennel"],
                    help="metis (default), baselines random and contiguous, or streaming ldg / fennel for graphs "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from gnn_dist.data import hetero, real, synthetic, temporal
+from gnn_dist.data import edgelist, hetero, real, synthetic, temporal
 from partition.errors import PartitionError
 from partition.graph import Graph
 from partition.hetero import HeteroGraph
@@ -13,14 +13,15 @@ from partition.temporal import Snapshots
 GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw, "rmat": synthetic.rmat}
 TEMPORAL = ("chickenpox", "england_covid")
 DATASETS = ("cora", "karate", "nx:<generator>", "file:<path.npz>", *(f"{g}:key=value,..." for g in GENERATORS),
-            *TEMPORAL, "json:<path.json>", "dsbm:key=value,...", "hsbm:key=value,...", "hfile:<path.npz>")
+            *TEMPORAL, "json:<path.json>", "dsbm:key=value,...", "hsbm:key=value,...", "hfile:<path.npz>",
+            "edges:<file, glob or folder of chunks>")
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     """'sbm:nodes=10,seed=1' -> ('sbm', {'nodes': '10', 'seed': '1'})."""
     name, _, rest = spec.partition(":")
     params: dict[str, str] = {}
-    if rest and name not in ("nx", "file", "json", "hfile"):
+    if rest and name not in ("nx", "file", "json", "hfile", "edges"):
         for item in rest.split(","):
             key, eq, value = item.partition("=")
             if not eq or not key.strip() or not value.strip():
@@ -56,6 +57,8 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
         return hetero.hsbm(**_typed_params(hetero.hsbm, params, spec))
     if name == "hfile":
         return hetero.from_npz(spec.partition(":")[2])
+    if name == "edges":
+        return edgelist.load_edge_list(spec.partition(":")[2])
     if name in TEMPORAL and not params:
         return temporal.load_named(name, data_dir)
     if name == "json":
