@@ -39,6 +39,7 @@ class TemporalTrainer:
         self.num_nodes = int(all_sum(torch.tensor([float(seq.num_inner)]), ctx)[0])
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.eval_every, self.progress = eval_every, progress
+        self.history: list[dict] = []
         sync_parameters(self.model, ctx)
 
     # ------------------------------------------------------------- one step
@@ -135,6 +136,7 @@ class TemporalTrainer:
                       "halo_bytes": self.seq.take_bytes()}
             if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
                 record.update(self.evaluate())
+            self.history.append(record)
             if self.log_path is not None:
                 with open(self.log_path, "a") as f:
                     f.write(json.dumps(record) + "\n")

@@ -61,6 +61,7 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint-dir", default=None, help="where checkpoint.pt is written (rank 0, atomically)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every K epochs (0: never)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir/checkpoint.pt if present")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write loss and accuracy (or MSE) curves here (rank 0)")
     p.add_argument("--save-model", default=None, help="write the trained state_dict here (rank 0)")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
     p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
@@ -160,14 +161,15 @@ def run(args: argparse.Namespace) -> int:
         torch.manual_seed(args.seed)
         model = build_model(args.model, graph.num_features, args.hidden, graph.num_classes, args.layers,
                             args.dropout, args.heads)
-    def fit() -> dict:
-        trainer = Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
+
+    def fit() -> tuple[dict, list]:
+        trainer = (Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                           seed=args.seed, log_path=args.log, checkpoint_dir=args.checkpoint_dir,
                           checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
                           progress=not args.quiet, lr_schedule=args.lr_schedule, epochs=args.epochs,
                           lr_step=args.lr_step, lr_gamma=args.lr_gamma, early_stop=args.early_stop,
-                          keep_best=args.keep_best)
-        return trainer.fit(args.epochs, resume=args.resume)
+                          keep_best=args.keep_best))
+        return trainer.fit(args.epochs, resume=args.resume), trainer.history
 
     return fit_and_report(ctx, args, model, fit, lambda f: (
         f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | train acc {f['train_acc']:.4f} | "
@@ -176,9 +178,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
-    """Train; a broken collective names the lost rank; rank 0 saves the model and prints one summary line."""
+    """Train; a broken collective names the lost rank; rank 0 saves the model (and curves) and prints one line."""
     try:
-        final = fit()
+        final, history = fit()
     except ValueError as e:
         raise UsageError(str(e)) from None
     except RuntimeError as e:  # a collective broke: name the lost rank if the watchdog can
@@ -190,6 +192,10 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
             from gnn_dist.checkpoint import save_atomic
 
             save_atomic({"model": model.state_dict(), "args": vars(args) | {"run": None}}, args.save_model)
+        if args.plot and history:
+            from gnn_dist.plots import plot_run
+
+            plot_run(history, args.plot)
         print(summary(final))
         sys.stdout.flush()
     ctx.close()
@@ -213,11 +219,11 @@ def run_dynamic(args: argparse.Namespace, meta: dict) -> int:
         model = build_temporal_model(args.model, seq.num_features, args.hidden, out, args.layers)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    def fit() -> dict:
+    def fit() -> tuple[dict, list]:
         trainer = TemporalTrainer(model, seq, ctx, window=args.window, optimizer=args.optimizer, lr=args.lr,
                                   weight_decay=args.weight_decay, seed=args.seed, log_path=args.log,
                                   eval_every=args.eval_every, progress=not args.quiet)
-        return trainer.fit(args.epochs)
+        return trainer.fit(args.epochs), trainer.history
 
     def summary(final: dict) -> str:
         parts = [f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f}"]
