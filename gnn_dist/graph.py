@@ -65,6 +65,7 @@ class LocalGraph:
     num_parts: int = 1
     self_loop: np.ndarray | None = None  # bool, every local row: has a self loop in the global graph
     types: object = None  # gnn_dist.hetero.Types for a heterogeneous part
+    edge_attr: np.ndarray | None = None  # float32 [E_local, D] edge features, CSR order
     _ops: dict = field(default_factory=dict, repr=False)
     _edges: dict = field(default_factory=dict, repr=False)
 
@@ -82,7 +83,7 @@ class LocalGraph:
             val_mask=torch.from_numpy(plan.val_mask).to(device),
             test_mask=torch.from_numpy(plan.test_mask).to(device),
             num_classes=num_classes, exchange=exchange, overlap=overlap, device=device,
-            part=plan.part, num_parts=num_parts, self_loop=plan.self_loop)
+            part=plan.part, num_parts=num_parts, self_loop=plan.self_loop, edge_attr=plan.edge_attr)
 
     @classmethod
     def from_graph(cls, graph: Graph, device: torch.device = torch.device("cpu")) -> "LocalGraph":
@@ -142,27 +143,34 @@ class LocalGraph:
         return self._ops[norm]
 
     def edges(self, self_loops: bool = False) -> dict:
-        """Edge lists (dst row, src col, weight) of central and marginal rows, for per-edge messages.
+        """Edge lists (dst row, src col, weight, features or None) of central and marginal rows, for per-edge messages.
 
         With `self_loops`, existing loops are dropped and one unit loop per inner
-        node is added (PyG's remove + add_self_loops), placed in its row's block.
+        node is added (PyG's remove + add_self_loops), placed in its row's block;
+        added loops get zero edge features.
         """
         if self_loops not in self._edges:
             rows = np.repeat(np.arange(self.num_inner), np.diff(self.indptr))
             cols = self.indices
             w = self.edge_weight if self.edge_weight is not None else np.ones(self.num_edges, np.float32)
+            attr = self.edge_attr
             if self_loops:
                 keep = cols != rows
                 loop = np.arange(self.num_inner)
                 rows = np.concatenate([rows[keep], loop])
                 cols = np.concatenate([cols[keep], loop])
                 w = np.concatenate([w[keep], np.ones(self.num_inner, np.float32)])
+                if attr is not None:
+                    attr = np.concatenate([attr[keep], np.zeros((self.num_inner, attr.shape[1]), np.float32)])
                 order = np.argsort(rows, kind="stable")
                 rows, cols, w = rows[order], cols[order], w[order]
+                attr = None if attr is None else attr[order]
             split = int(np.searchsorted(rows, self.num_central))
             t = lambda a, dt=torch.int64: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dt)
+            a = (lambda lo, hi: None) if attr is None else (lambda lo, hi: t(attr[lo:hi], torch.float32))
             self._edges[self_loops] = {
-                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32)),
-                "marginal": (t(rows[split:] - self.num_central), t(cols[split:]), t(w[split:], torch.float32)),
+                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32), a(0, split)),
+                "marginal": (t(rows[split:] - self.num_central), t(cols[split:]), t(w[split:], torch.float32),
+                             a(split, rows.shape[0])),
             }
         return self._edges[self_loops]

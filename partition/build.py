@@ -39,6 +39,7 @@ class PartPlan:
     edge_type: np.ndarray | None = None  # int64 [E_local]: relation of each local edge (heterogeneous)
     node_type: np.ndarray | None = None  # int64 [n_local]: type of each local row (heterogeneous)
     rel_in_degree: np.ndarray | None = None  # int64 [n_local, R]: global in-degree per relation
+    edge_attr: np.ndarray | None = None  # float32 [E_local, D]: edge features
 
     @property
     def num_halo(self) -> int:
@@ -140,4 +141,5 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
             edge_type=None if graph.edge_type is None else graph.edge_type[eids],
             node_type=None if graph.node_type is None else graph.node_type[glob],
             rel_in_degree=None if rel_deg is None else rel_deg[glob],
+            edge_attr=None if graph.edge_attr is None else graph.edge_attr[eids],
         )

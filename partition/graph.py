@@ -30,6 +30,7 @@ class Graph:
     num_classes: int = field(default=0)
     edge_type: np.ndarray | None = None  # int64 [E]: relation of each edge (heterogeneous graphs)
     node_type: np.ndarray | None = None  # int64 [N]: type of each node (heterogeneous graphs)
+    edge_attr: np.ndarray | None = None  # float32 [E, D]: edge features, CSR order
 
     def __post_init__(self) -> None:
         self.indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)
@@ -40,6 +41,10 @@ class Graph:
             setattr(self, m, np.ascontiguousarray(getattr(self, m), dtype=bool))
         if self.edge_weight is not None:
             self.edge_weight = np.ascontiguousarray(self.edge_weight, dtype=np.float32)
+        if self.edge_attr is not None:
+            self.edge_attr = np.ascontiguousarray(self.edge_attr, dtype=np.float32)
+            if self.edge_attr.ndim == 1:
+                self.edge_attr = self.edge_attr[:, None]
         if not self.num_classes:
             self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
         self.validate()
@@ -94,6 +99,7 @@ class Graph:
         num_classes: int = 0,
         edge_type: np.ndarray | None = None,
         node_type: np.ndarray | None = None,
+        edge_attr: np.ndarray | None = None,
     ) -> "Graph":
         """Build from an edge list; rejects out-of-range ids before anything is sorted."""
         src = np.asarray(src, dtype=np.int64)
@@ -107,7 +113,8 @@ class Graph:
         np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
         ew = None if edge_weight is None else np.asarray(edge_weight, dtype=np.float32)[order]
         et = None if edge_type is None else np.asarray(edge_type, dtype=np.int64)[order]
-        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes, et, node_type)
+        ea = None if edge_attr is None else np.asarray(edge_attr, dtype=np.float32)[order]
+        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes, et, node_type, ea)
 
     # ---------------------------------------------------------- validation
     def validate(self) -> None:
@@ -135,6 +142,11 @@ class Graph:
                 raise PartitionError(f"graph {self.name}: edge_weight has {self.edge_weight.shape[0]} entries for {self.num_edges} edges")
             if not np.isfinite(self.edge_weight).all():
                 raise PartitionError(f"graph {self.name}: edge weights contain NaN or inf")
+        if self.edge_attr is not None:
+            if self.edge_attr.ndim != 2 or self.edge_attr.shape[0] != self.num_edges:
+                raise PartitionError(f"graph {self.name}: edge_attr has shape {self.edge_attr.shape}, expected ({self.num_edges}, D)")
+            if not np.isfinite(self.edge_attr).all():
+                raise PartitionError(f"graph {self.name}: edge features contain NaN or inf")
         if self.edge_type is not None and self.edge_type.shape != self.indices.shape:
             raise PartitionError(f"graph {self.name}: edge_type has {self.edge_type.shape[0]} entries for {self.num_edges} edges")
         if self.node_type is not None and self.node_type.shape != (n,):

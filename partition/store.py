@@ -58,6 +58,8 @@ def _write_part(folder: Path, plan: PartPlan) -> None:
         graph["edge_weight"] = plan.edge_weight
     if plan.edge_type is not None:
         graph["edge_type"] = plan.edge_type
+    if plan.edge_attr is not None:
+        graph["edge_attr"] = plan.edge_attr
     typed = {k: v for k, v in (("node_type", plan.node_type), ("rel_in_degree", plan.rel_in_degree)) if v is not None}
     _save(folder / "graph.npz", lambda f: np.savez(f, **graph))
     _save(folder / "nodes.npz", lambda f: np.savez(
@@ -201,6 +203,7 @@ def read_part(path: str | Path, part: int, meta: dict | None = None, verify: boo
             recv_counts=halo["recv_counts"],
             self_loop=nodes["self_loop"] if "self_loop" in nodes.files else None,
             edge_type=g["edge_type"] if "edge_type" in g.files else None,
+            edge_attr=g["edge_attr"] if "edge_attr" in g.files else None,
             node_type=nodes["node_type"] if "node_type" in nodes.files else None,
             rel_in_degree=nodes["rel_in_degree"] if "rel_in_degree" in nodes.files else None,
         )

@@ -56,6 +56,17 @@ def main() -> None:
                      global_ids=graph.global_ids[: graph.num_inner], logits=lo.numpy(),
                      losses=np.array(lso), overlap_identical=same,
                      **{f"grad_{i}": g.numpy() for i, g in enumerate(go)})
+        graph = load_partition(d, ctx)
+        if graph.edge_attr is not None:  # a custom layer reading edge features, distributed unchanged
+            from tests.test_layer_api import EdgeFeatureConv
+
+            torch.manual_seed(0)
+            layer = EdgeFeatureConv(graph.num_features, graph.edge_attr.shape[1])
+            out = layer(graph.x, graph)
+            out.pow(2).sum().backward()
+            np.savez(out_dir / f"{name}-edgefeat-rank{ctx.rank}.npz", global_ids=graph.global_ids[: graph.num_inner],
+                     out=out.detach().numpy(), **{f"grad_{i}": all_sum(p.grad.clone(), ctx).numpy()
+                                                  for i, p in enumerate(layer.parameters())})
         # compressed exchange: same model, int8 messages and gradients in training
         graph = load_partition(d, ctx, exchange=ExchangeConfig(codec="int8"))
         torch.manual_seed(0)

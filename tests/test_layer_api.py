@@ -75,3 +75,56 @@ def test_gcn_keeps_existing_weighted_self_loops_like_pyg():
     edge_index = torch.from_numpy(np.stack([src, dst]))
     torch.testing.assert_close(ours(torch.from_numpy(x), gd.LocalGraph.from_graph(g)),
                                ref(torch.from_numpy(x), edge_index, torch.from_numpy(w)), rtol=1e-5, atol=1e-6)
+
+
+class EdgeFeatureConv(gd.nn.MessagePassing):
+    """Messages scaled by a learned function of each edge's features."""
+
+    def __init__(self, d_in, d_edge):
+        super().__init__(aggr="sum")
+        self.edge = torch.nn.Linear(d_edge, d_in)
+
+    def message(self, x_j, edge_attr):
+        return x_j * torch.sigmoid(self.edge(edge_attr))
+
+
+def _graph_with_edge_features():
+    from partition.graph import Graph
+
+    rng = np.random.default_rng(1)
+    n, e = 40, 200
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    attr = rng.standard_normal((e, 3)).astype(np.float32)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    ones = np.ones(n, bool)
+    return Graph.from_edges(src, dst, n, x, np.zeros(n), ones, ones, ones, edge_attr=attr), src, dst, attr
+
+
+def test_message_reads_edge_features():
+    g, src, dst, attr = _graph_with_edge_features()
+    torch.manual_seed(0)
+    layer = EdgeFeatureConv(4, 3)
+    x = torch.from_numpy(g.x)
+    out = layer(x, gd.LocalGraph.from_graph(g))
+    expected = torch.zeros_like(x)
+    for s, d, a in zip(src, dst, attr):
+        expected[d] += x[s] * torch.sigmoid(layer.edge(torch.from_numpy(a)))
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_edge_features_survive_partitioning(tmp_path):
+    from partition import assign_parts, build_parts, read_part, write_partition
+
+    g, src, dst, attr = _graph_with_edge_features()
+    parts = assign_parts(g, 3, "metis")
+    write_partition(tmp_path / "p", {"num_parts": 3, "num_nodes": g.num_nodes}, parts, build_parts(g, parts, 3))
+    want = {}
+    for s, d, a in zip(src, dst, attr):
+        want.setdefault((int(s), int(d)), []).append(a.tolist())
+    got = {}
+    for p in range(3):
+        plan = read_part(tmp_path / "p", p)
+        rows = np.repeat(np.arange(plan.num_inner), np.diff(plan.indptr))
+        for r, c, a in zip(rows, plan.indices, plan.edge_attr):
+            got.setdefault((int(plan.global_ids[c]), int(plan.global_ids[r])), []).append(a.tolist())
+    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}

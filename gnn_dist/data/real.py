@@ -20,7 +20,8 @@ def graph_from_pyg(data, name: str = "graph", num_classes: int = 0) -> Graph:
     masks = [np.zeros(n, bool) if m is None else m.numpy() for m in masks]
     y = data.y.numpy() if getattr(data, "y", None) is not None else np.full(n, -1)
     w = data.edge_weight.numpy() if getattr(data, "edge_weight", None) is not None else None
-    return Graph.from_edges(src, dst, n, data.x.numpy(), y, *masks, edge_weight=w,
+    ea = data.edge_attr.numpy() if getattr(data, "edge_attr", None) is not None else None
+    return Graph.from_edges(src, dst, n, data.x.numpy(), y, *masks, edge_weight=w, edge_attr=ea,
                             name=name, num_classes=num_classes)
 
 
@@ -90,7 +91,7 @@ def load_networkx(name: str, seed: int = 0) -> Graph:
 
 
 def load_npz(path: str) -> Graph:
-    """A graph saved as .npz: edge_index (2, E) or src/dst, x, y; optional masks and edge_weight."""
+    """A graph saved as .npz: edge_index (2, E) or src/dst, x, y; optional masks, edge_weight, edge_attr (E, D)."""
     from pathlib import Path
 
     f = Path(path)
@@ -116,4 +117,5 @@ def load_npz(path: str) -> Graph:
     else:
         masks = _split_masks(n, 0)
     w = z["edge_weight"] if "edge_weight" in z.files else None
-    return Graph.from_edges(src, dst, n, x, y, *masks, edge_weight=w, name=f.stem)
+    ea = z["edge_attr"] if "edge_attr" in z.files else None
+    return Graph.from_edges(src, dst, n, x, y, *masks, edge_weight=w, edge_attr=ea, name=f.stem)

@@ -71,7 +71,8 @@ class MessagePassing(nn.Module):
 
     `message` may ask for any tensor given to `propagate` with suffix `_j`
     (source rows, halo included) or `_i` (destination rows), plus `edge_weight`,
-    `index` (destination row of each edge within its block) and `dim_size`.
+    `edge_attr` (the graph's edge features), `index` (destination row of each
+    edge within its block) and `dim_size`.
     """
 
     def __init__(self, aggr: str = "sum", norm: str = "none", self_loops: bool = False):
@@ -137,7 +138,7 @@ class MessagePassing(nn.Module):
         return {n: p.reshape(p.shape[0], *tail) for n, p, tail in zip(names, parts, tails)}
 
     def _aggregate_block(self, block, inputs: dict, sources: dict, start: int, stop: int) -> torch.Tensor:
-        rows, cols, w = block
+        rows, cols, w, attr = block
         n = stop - start
         kwargs = {}
         for a in self._msg_args:
@@ -147,6 +148,10 @@ class MessagePassing(nn.Module):
                 kwargs[a] = inputs[a[:-2]].index_select(0, rows + start)
             elif a == "edge_weight":
                 kwargs[a] = w
+            elif a == "edge_attr":
+                if attr is None:
+                    raise TypeError(f"{type(self).__name__}.message wants edge_attr but the graph has no edge features")
+                kwargs[a] = attr
             elif a == "index":
                 kwargs[a] = rows
             elif a == "dim_size":
