@@ -40,6 +40,7 @@ class TemporalTrainer:
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.eval_every, self.progress = eval_every, progress
         self.history: list[dict] = []
+        self.tensorboard = None  # a gnn_dist.tblog.TensorBoardLog on rank 0, if asked for
         sync_parameters(self.model, ctx)
 
     # ------------------------------------------------------------- one step
@@ -137,6 +138,8 @@ class TemporalTrainer:
             if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
                 record.update(self.evaluate())
             self.history.append(record)
+            if self.tensorboard is not None:
+                self.tensorboard.write(record)
             if self.log_path is not None:
                 with open(self.log_path, "a") as f:
                     f.write(json.dumps(record) + "\n")

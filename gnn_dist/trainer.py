@@ -41,6 +41,7 @@ class Trainer:
         self.early_stop, self.keep_best = early_stop, keep_best or early_stop > 0
         self.best: dict = {}
         self.history: list[dict] = []  # per-epoch records (without per-channel details), for curves
+        self.tensorboard = None  # a gnn_dist.tblog.TensorBoardLog on rank 0, if asked for
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.checkpoint_every, self.eval_every, self.progress = checkpoint_every, eval_every, progress
@@ -133,6 +134,8 @@ class Trainer:
 
     def _log(self, record: dict) -> None:
         self.history.append({k: v for k, v in record.items() if k != "halo"})
+        if self.tensorboard is not None:
+            self.tensorboard.write(record)
         if self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")

@@ -124,3 +124,15 @@ def test_early_stop_keeps_the_best_weights_and_schedules_the_lr(karate2, tmp_pat
     assert len(records) < 300 and "early stop at epoch" in r.stderr and "weights of best epoch" in r.stdout
     assert records[3]["lr"] == 0.01 * 0.5 ** 2  # halved every 2 epochs
     assert (ck / "best.pt").is_file() and (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_tensorboard_scalars_or_a_clear_line(tmp_path):
+    import importlib.util
+
+    part = cli_partition(tmp_path, "karate", 1)
+    r = run_cli("train", "--partition", str(part), "--epochs", "2", "--quiet", "--tensorboard", str(tmp_path / "tb"))
+    if importlib.util.find_spec("tensorboard") is None:
+        _one_line(r, "--tensorboard needs the tensorboard package")
+    else:
+        assert r.returncode == 0, r.stderr
+        assert any(f.name.startswith("events.out.tfevents") for f in (tmp_path / "tb").iterdir())

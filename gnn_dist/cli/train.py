@@ -62,6 +62,8 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every K epochs (0: never)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir/checkpoint.pt if present")
     p.add_argument("--plot", default=None, metavar="PNG", help="write loss and accuracy (or MSE) curves here (rank 0)")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="also write TensorBoard scalars here (rank 0; needs the tensorboard package)")
     p.add_argument("--save-model", default=None, help="write the trained state_dict here (rank 0)")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
     p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
@@ -117,6 +119,11 @@ def check_args(a: argparse.Namespace) -> None:
     for ok, msg in rules:
         if not ok:
             raise UsageError(msg)
+    if a.tensorboard:  # every rank finds out before any collective, not rank 0 alone mid-run
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise UsageError("--tensorboard needs the tensorboard package: pip install tensorboard")
     exchange_config(a)
 
 
@@ -169,12 +176,21 @@ def run(args: argparse.Namespace) -> int:
                           progress=not args.quiet, lr_schedule=args.lr_schedule, epochs=args.epochs,
                           lr_step=args.lr_step, lr_gamma=args.lr_gamma, early_stop=args.early_stop,
                           keep_best=args.keep_best))
+        trainer.tensorboard = tensorboard(args, ctx)
         return trainer.fit(args.epochs, resume=args.resume), trainer.history
 
     return fit_and_report(ctx, args, model, fit, lambda f: (
         f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | train acc {f['train_acc']:.4f} | "
         f"val acc {f['val_acc']:.4f} | test acc {f['test_acc']:.4f}"
         + (f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else "")))
+
+
+def tensorboard(args: argparse.Namespace, ctx):
+    if not args.tensorboard or not ctx.is_main:
+        return None
+    from gnn_dist.tblog import TensorBoardLog
+
+    return TensorBoardLog(args.tensorboard)
 
 
 def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
@@ -223,6 +239,7 @@ def run_dynamic(args: argparse.Namespace, meta: dict) -> int:
         trainer = TemporalTrainer(model, seq, ctx, window=args.window, optimizer=args.optimizer, lr=args.lr,
                                   weight_decay=args.weight_decay, seed=args.seed, log_path=args.log,
                                   eval_every=args.eval_every, progress=not args.quiet)
+        trainer.tensorboard = tensorboard(args, ctx)
         return trainer.fit(args.epochs), trainer.history
 
     def summary(final: dict) -> str:
