@@ -81,7 +81,7 @@ def check_out_dir(out: Path, force: bool) -> None:
 
 def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: Iterable[PartPlan],
                     force: bool = False, on_part=None, summarize=None, version: int = FORMAT_VERSION,
-                    extras=None) -> dict:
+                    extras=None, root_files: dict | None = None) -> dict:
     """Write every part, then partition.json with checksums; returns the metadata written.
 
     `summarize(rows)` may add whole-partition figures (e.g. stats) to the metadata
@@ -96,6 +96,9 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
     try:
         _save(stage / "node_map.npy", lambda f: np.save(f, node_map.astype(np.int32)))
         checksums = {"node_map.npy": sha256_file(stage / "node_map.npy")}
+        for name, arrays in (root_files or {}).items():  # e.g. held-out link-prediction edges
+            _save(stage / name, lambda f, a=arrays: np.savez(f, **a))
+            checksums[name] = sha256_file(stage / name)
         rows = []
         for plan in plans:
             folder = stage / f"part-{plan.part}"

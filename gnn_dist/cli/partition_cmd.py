@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
     p.add_argument("--objective", default="cut", choices=["cut", "vol"],
                    help="METIS objective: edge cut or total communication volume (default cut)")
     p.add_argument("--data-dir", default=None, help="folder holding shipped data sets (default: found automatically)")
+    p.add_argument("--link-split", default=None, metavar="VAL,TEST",
+                   help="hold out these fractions of edges (pairs) for link prediction, with as many negatives; "
+                        "they are removed from the partitioned graph and kept in link_edges.npz")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
     p.set_defaults(run=run)
 
@@ -72,6 +75,16 @@ def run(args: argparse.Namespace) -> int:
         return run_hetero(args, graph, balance, t0)
     log(f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges} edges, {graph.num_features} features, "
         f"{graph.num_classes} classes ({time.perf_counter() - t0:.1f}s)")
+    links = None
+    if args.link_split:
+        from partition.link_split import split_links
+
+        try:
+            val, test = (float(v) for v in args.link_split.split(","))
+        except ValueError:
+            raise PartitionError(f"--link-split wants VAL,TEST (e.g. 0.05,0.1), got '{args.link_split}'") from None
+        graph, links = split_links(graph, val, test, args.seed)
+        log(f"held out {links['val_src'].shape[0]} validation and {links['test_src'].shape[0]} test edge pairs")
     if args.parts < 1 or args.parts > graph.num_nodes:
         raise PartitionError(f"--parts must be between 1 and the number of nodes ({graph.num_nodes}), got {args.parts}")
     log(f"estimated peak memory {estimate_peak_bytes(graph, args.method) / 2**30:.2f} GiB "
@@ -95,12 +108,13 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
         "num_features": graph.num_features, "num_classes": graph.num_classes,
         "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
-        "node_types": None, "edge_types": None,
+        "node_types": None, "edge_types": None, "link_split": args.link_split,
     }
     bar = tqdm(total=args.parts, desc="writing parts", unit="part", file=sys.stderr, disable=None)
     written = write_partition(out, meta, parts, build_parts(graph, parts, args.parts), force=args.force,
                               on_part=lambda _: bar.update(),
-                              summarize=lambda rows: {"stats": partition_stats(graph, parts, rows)})
+                              summarize=lambda rows: {"stats": partition_stats(graph, parts, rows)},
+                              root_files={"link_edges.npz": links} if links else None)
     bar.close()
     print(format_stats(written["stats"], written["parts"]))
     log(f"wrote {out} (assign {t_assign:.1f}s, total {time.perf_counter() - t0:.1f}s)")

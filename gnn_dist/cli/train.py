@@ -18,6 +18,8 @@ def add_parser(sub) -> None:
     p.add_argument("--relagg", action="store_true",
                    help="rgcn: owners send per-relation partial aggregates instead of raw rows where the "
                         "partitioner found that fewer (relation-aggregation-first)")
+    p.add_argument("--task", default="node", choices=["node", "link"],
+                   help="node classification (default) or link prediction (partition with --link-split)")
     p.add_argument("--layers", type=int, default=None, help="graph layers (default 2; dynamic models 1)")
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--heads", type=int, default=8, help="attention heads of hidden GAT layers (default 8)")
@@ -98,6 +100,7 @@ def check_args(a: argparse.Namespace) -> None:
         (a.num_bases >= 0, f"--num-bases must be >= 0, got {a.num_bases}"),
         (a.early_stop >= 0 and a.lr_step >= 1 and a.lr_gamma > 0, "--early-stop >= 0, --lr-step >= 1, --lr-gamma > 0 required"),
         (not (a.early_stop or a.keep_best) or a.eval_every >= 1, "--early-stop/--keep-best need --eval-every >= 1"),
+        (a.task == "node" or a.model in ("gcn", "sage", "gat", "gin"), "--task link applies to gcn, sage, gat and gin"),
         (not (dynamic and (a.early_stop or a.keep_best or a.lr_schedule != "none")),
          "--early-stop, --keep-best and --lr-schedule apply to static and typed graphs"),
         (not a.relagg or (a.model == "rgcn" and a.codec == "fp32" and not a.staleness and not a.skip_threshold),
@@ -169,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
         model = build_model(args.model, graph.num_features, args.hidden, graph.num_classes, args.layers,
                             args.dropout, args.heads)
 
+    if args.task == "link":
+        return run_link(args, ctx, graph)
+
     def fit() -> tuple[dict, list]:
         trainer = (Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                           seed=args.seed, log_path=args.log, checkpoint_dir=args.checkpoint_dir,
@@ -183,6 +189,38 @@ def run(args: argparse.Namespace) -> int:
         f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | train acc {f['train_acc']:.4f} | "
         f"val acc {f['val_acc']:.4f} | test acc {f['test_acc']:.4f}"
         + (f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else "")))
+
+
+def run_link(args: argparse.Namespace, ctx, graph) -> int:
+    """Link prediction: the model emits --hidden wide embeddings; scores are dot products."""
+    import json
+
+    import torch
+
+    from gnn_dist.link import LinkTrainer
+    from gnn_dist.nn import build_model
+
+    torch.manual_seed(args.seed)
+    model = build_model(args.model, graph.num_features, args.hidden, args.hidden, args.layers, args.dropout, args.heads)
+    tb = tensorboard(args, ctx)
+
+    def fit() -> tuple[dict, list]:
+        history = []
+
+        def log(rec: dict) -> None:
+            history.append(rec)
+            if tb is not None:
+                tb.write(rec)
+            if args.log and ctx.is_main:
+                with open(args.log, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+
+        trainer = LinkTrainer(model, graph, ctx, args.partition, lr=args.lr, weight_decay=args.weight_decay,
+                              optimizer=args.optimizer, seed=args.seed)
+        return trainer.fit(args.epochs, args.eval_every, log), history
+
+    return fit_and_report(ctx, args, model, fit, lambda f: (
+        f"final epoch {f.get('epoch')}: loss {f['loss']:.4f} | val auc {f['val_auc']:.4f} | test auc {f['test_auc']:.4f}"))
 
 
 def tensorboard(args: argparse.Namespace, ctx):
