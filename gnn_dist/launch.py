@@ -16,7 +16,7 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -36,6 +36,7 @@ class DistContext:
     backend: str
     halo_group: object = None
     watchdog: "Watchdog | None" = None
+    on_fail: list = field(default_factory=list)  # callables(message) run before a failing rank exits
 
     @property
     def is_main(self) -> bool:
@@ -52,8 +53,16 @@ class DistContext:
         survivors, who notice within the same heartbeat, theirs) before the
         first exit makes mpiexec kill the rest.
         """
-        sys.stderr.write(f"[rank {self.rank}] gnn-dist: error: {message}\n")
-        sys.stderr.flush()
+        for hook in self.on_fail:  # e.g. the trainer notes the reason in its JSONL log
+            try:
+                hook(message)
+            except Exception:
+                pass
+        try:
+            sys.stderr.write(f"[rank {self.rank}] gnn-dist: error: {message}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # the launcher may already have closed our stderr
+            pass
         time.sleep(grace_s)
         os._exit(code)
 

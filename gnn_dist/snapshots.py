@@ -71,6 +71,8 @@ class SnapshotSequence:
         self.plan_seconds = 0.0  # time spent deriving plans, summed over all passes
         self.exact = False
         self._seen: dict[int, HaloExchange] = {}  # exchanges used since the last `take_bytes`
+        self._last: SnapshotGraph | None = None  # the snapshot most recently handed out
+        self._resume: tuple | None = None  # derivation state after the last cached snapshot
 
     @property
     def num_features(self) -> int:
@@ -201,6 +203,6 @@ class SnapshotSequence:
     def set_exact(self, exact: bool) -> None:
         """Evaluation sends exact fp32 (cached graphs keep their exchange objects)."""
         self.exact = exact
-        for sg in self._cached + ([self._last] if getattr(self, "_last", None) else []):
+        for sg in self._cached + ([self._last] if self._last is not None else []):
             if sg.graph.exchange is not None:
                 sg.graph.exchange.exact = exact

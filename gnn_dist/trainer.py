@@ -49,6 +49,8 @@ class Trainer:
         if self.num_train == 0:
             raise ValueError("no training nodes in the partition (train mask empty on every rank)")
         sync_parameters(self.model, ctx)
+        if self.log_path is not None:  # why the run ended, even if the launcher drops our stderr
+            ctx.on_fail.append(lambda message: self._log({"error": message}))
 
     # ------------------------------------------------------------------ steps
     def train_step(self, epoch: int) -> float:

@@ -24,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
 
             from gnn_dist.plots import plot_run
 
-            records = [json.loads(x) for x in Path(args.run_log).read_text().splitlines() if x.strip()]
+            records = [r for r in (json.loads(x) for x in Path(args.run_log).read_text().splitlines() if x.strip())
+                       if "loss" in r]
             print(f"plot: {plot_run(records, args.plot)}")
         return 0
     if not args.path:
@@ -78,13 +79,17 @@ def summarise_run(path: str) -> str:
         records = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     except json.JSONDecodeError as e:
         raise PartitionError(f"training log {f} is not JSON lines: {e}") from None
+    errors = [r["error"] for r in records if "error" in r]
+    records = [r for r in records if "epoch_time" in r]
     if not records:
-        raise PartitionError(f"training log {f} is empty")
+        raise PartitionError(f"training log {f} has no epochs" + (f" (it ended with: {errors[-1]})" if errors else ""))
     n = len(records)
     last = records[-1]
     lines = [f"{f}: {n} epochs, mean epoch {sum(r['epoch_time'] for r in records) / n:.4f} s, "
              f"final loss {last['loss']:.4f}"
              + "".join(f", {k} {last[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in last)]
+    if errors:
+        lines.append(f"the run failed: {errors[-1]}")
     channels: dict = {}
     for r in records:
         for name, c in r.get("halo", {}).items():
