@@ -27,6 +27,13 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
     return (seed * 1_000_003 + epoch * 7919 + rank) % (2**63 - 1)
 
 
+def _append_error(log: Path, rank: int, message: str) -> None:
+    """One JSON line; ranks that share rank 0's filesystem can all record it (best effort, never raises)."""
+    if log.parent.is_dir():
+        with open(log, "a") as f:
+            f.write(json.dumps({"error": message, "rank": rank}) + "\n")
+
+
 class Trainer:
     def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, *, optimizer: str = "adam",
                  lr: float = 0.01, weight_decay: float = 5e-4, seed: int = 0, log_path: str | None = None,
@@ -49,8 +56,8 @@ class Trainer:
         if self.num_train == 0:
             raise ValueError("no training nodes in the partition (train mask empty on every rank)")
         sync_parameters(self.model, ctx)
-        if self.log_path is not None:  # why the run ended, even if the launcher drops our stderr
-            ctx.on_fail.append(lambda message: self._log({"error": message}))
+        if log_path:  # why the run ended, even if the launcher drops our stderr: any rank that fails first
+            ctx.on_fail.append(lambda message: _append_error(Path(log_path), ctx.rank, message))
 
     # ------------------------------------------------------------------ steps
     def train_step(self, epoch: int) -> float:

@@ -63,9 +63,11 @@ def test_killed_rank_stops_everyone_and_resume_matches(cora4, tmp_path):
     assert time.monotonic() - t_kill < 60
     assert proc.returncode != 0
     assert all(p.returncode != 0 for p in gone if p.returncode is not None)
-    # named on stderr, and in the log (hydra may drop the survivors' stderr once a rank is killed)
-    last = json.loads(log.read_text().splitlines()[-1])
-    assert "rank 2 lost" in last.get("error", ""), (last, out[-2000:])
+    # named on stderr, and in the log by whichever survivor failed first (hydra may drop stderr, and it
+    # kills the other survivors once one exits)
+    errors = [r["error"] for r in map(json.loads, log.read_text().splitlines()) if "error" in r]
+    assert any("rank 2 lost" in e for e in errors), (errors, out[-2000:])
+    assert "rank 2 lost" in out or errors, out[-2000:]
     assert (ckpt / "checkpoint.pt").exists()
 
     r = subprocess.run(train_cmd(cora4, log, ckpt, "--resume"), capture_output=True, text=True, timeout=300)
