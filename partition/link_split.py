@@ -27,7 +27,6 @@ def split_links(graph: Graph, val: float, test: float, seed: int = 0) -> tuple[G
     loop = src == dst
     edge_kind[~loop] = kind[np.searchsorted(uniq, pair[~loop])]
     keep = edge_kind == 0
-    existing = set(pair.tolist()) if n * n > 1 << 26 else None
     out = {}
     for k, name in ((1, "val"), (2, "test")):
         p = uniq[kind == k]
@@ -35,8 +34,7 @@ def split_links(graph: Graph, val: float, test: float, seed: int = 0) -> tuple[G
         neg = rng.integers(0, n, (p.shape[0] * 2 + 16, 2))
         neg = neg[neg[:, 0] != neg[:, 1]]
         key = np.minimum(neg[:, 0], neg[:, 1]) * n + np.maximum(neg[:, 0], neg[:, 1])
-        ok = ~np.isin(key, pair) if existing is None else np.array([x not in existing for x in key.tolist()], bool)
-        neg = neg[ok][: p.shape[0]]
+        neg = neg[~np.isin(key, pair)][: p.shape[0]]
         out[f"{name}_neg_src"], out[f"{name}_neg_dst"] = neg[:, 0], neg[:, 1]
     train = Graph.from_edges(src[keep], dst[keep], n, graph.x, graph.y, graph.train_mask, graph.val_mask,
                              graph.test_mask, None if graph.edge_weight is None else graph.edge_weight[keep],
