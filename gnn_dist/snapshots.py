@@ -95,7 +95,7 @@ class SnapshotSequence:
             t0 = time.perf_counter()
             d = self.diffs
             part = lambda name: unpack(d[name], d[name + "_off"], t)
-            unchanged = (t > 0 and not any(part(n).size for n in ("add_key", "del_key", "rew_key"))
+            unchanged = (self.mode == "incremental" and t > 0 and not any(part(n).size for n in ("add_key", "del_key", "rew_key"))
                          and np.array_equal(d["in_weight"][t], d["in_weight"][t - 1])
                          and np.array_equal(d["self_loop"][t], d["self_loop"][t - 1]))
             if part("del_key").size:  # stored keys are sorted: delete and insert by position, no sort

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"plot: {plot_partition(meta, args.plot)}")
     if meta.get("format_version") == 2:
-        print(f"node types: " + ", ".join(f"{t} {n} x {w}" for t, n, w in zip(meta["node_types"], meta["node_counts"],
+        print("node types: " + ", ".join(f"{t} {n} x {w}" for t, n, w in zip(meta["node_types"], meta["node_counts"],
                                                                           meta["feature_dims"]))
               + f"; target {meta['target_type']}; relations: {', '.join(meta['edge_types'])}")
         for k, row in enumerate(meta["type_counts"]):

@@ -5,7 +5,6 @@ Parameter names follow PyG (`RGCNConv`: weight, comp, root, bias;
 """
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
