@@ -71,14 +71,14 @@ class AdaptivePolicy:
 
     def __init__(self, exchange, config):
         self.ex, self.config = exchange, config
-        self.local: dict = {}  # (channel, dst) -> (R, rows, width)
+        self.local: dict = {}  # (channel, dst) -> (R, rows, width); R a device tensor until solved
         self.table: dict = {}  # (channel, src, dst) -> bits
         self.links = self.measure_links()
         self.solved_at = -1
 
     def observe(self, channel: str, dst: int, width: int, scale: torch.Tensor, bits: int) -> None:
         rng = scale.double() * (2**bits - 1)
-        self.local[(channel, dst)] = (float((rng * rng).sum()), int(scale.shape[0]), int(width))
+        self.local[(channel, dst)] = ((rng * rng).sum(), int(scale.shape[0]), int(width))
 
     def codec_for(self, channel: str, src: int, dst: int) -> str:
         return f"int{self.table.get((channel, src, dst), START_BITS)}"
@@ -88,7 +88,8 @@ class AdaptivePolicy:
         if epoch == self.solved_at or not (epoch == 1 or (epoch > 1 and epoch % every == 0)):
             return
         gathered = [None] * dist.get_world_size(self.ex.group)
-        dist.all_gather_object(gathered, self.local, group=self.ex.group)
+        local = {k: (float(r), rows, width) for k, (r, rows, width) in self.local.items()}
+        dist.all_gather_object(gathered, local, group=self.ex.group)
         groups = {(ch, src, dst): v for src, loc in enumerate(gathered) for (ch, dst), v in loc.items()}
         self.table = solve_bits(groups, self.links, self.config.budget_bits)
         self.solved_at = epoch
@@ -102,8 +103,8 @@ class AdaptivePolicy:
             dst, src = (me + off) % world, (me - off) % world
             times = []
             for n in sizes:
-                send = torch.zeros(n, dtype=torch.uint8)
-                recv = torch.empty(n, dtype=torch.uint8)
+                send = torch.zeros(n, dtype=torch.uint8, device=self.ex.device)  # NCCL needs device buffers
+                recv = torch.empty(n, dtype=torch.uint8, device=self.ex.device)
                 splits_in = [n if p == dst else 0 for p in range(world)]
                 splits_out = [n if p == src else 0 for p in range(world)]
                 best = float("inf")
@@ -111,6 +112,8 @@ class AdaptivePolicy:
                     dist.barrier(group=self.ex.group)
                     t = time.perf_counter()
                     dist.all_to_all_single(recv, send, splits_out, splits_in, group=self.ex.group)
+                    if send.is_cuda:
+                        torch.cuda.synchronize(send.device)
                     best = min(best, time.perf_counter() - t)
                 times.append(best)
             alpha = max((times[1] - times[0]) / (sizes[1] - sizes[0]), 1e-12)

@@ -10,6 +10,12 @@ encoded (`codec`, or `adaptive` bit-widths from `gnn_dist.adaptive`), reused
 from up to `staleness` epochs ago while the fresh block travels in the
 background (PipeGCN), or sent only for rows that changed by more than
 `skip_threshold` (Sancus). Evaluation (`exact`) always sends fp32, fresh.
+
+On CUDA the whole exchange (gather of send rows aside) runs on a side stream:
+encoding, the NCCL all_to_all and decoding overlap whatever the default
+stream computes meanwhile (the central rows), and nothing is staged through
+host memory. Statistics stay on the device until the epoch's metrics are
+read, so no step forces a host sync.
 """
 from __future__ import annotations
 
@@ -56,7 +62,7 @@ class ChannelStats:
     rows_per_peer: list = field(default_factory=list)
     wait_s: float = 0.0
     calls: int = 0
-    qvar: float = 0.0  # expected quantisation variance summed over elements sent
+    qvar: float | torch.Tensor = 0.0  # expected quantisation variance summed over elements sent (a device tensor)
     elements: int = 0
 
     def add(self, nbytes: list[int], rows: list[int]) -> None:
@@ -69,25 +75,41 @@ class ChannelStats:
 
     def reset(self) -> dict:
         out = {"bytes": self.bytes_per_peer, "rows": self.rows_per_peer, "wait_s": round(self.wait_s, 6),
-               "calls": self.calls, "qvar": self.qvar / max(self.elements, 1)}
+               "calls": self.calls, "qvar": float(self.qvar) / max(self.elements, 1)}
         self.__init__()
         return out
 
 
 class Pending:
-    """An exchange in flight; `wait()` returns the received rows, decoded (once; later calls reuse them)."""
+    """An exchange in flight; `wait()` returns the received rows, decoded (once; later calls reuse them).
 
-    def __init__(self, work, finish, stats: ChannelStats):
-        self.work, self.finish, self.stats, self.result = work, finish, stats, None
+    With a CUDA `stream`, waiting and decoding are queued on that stream and the
+    caller's stream then waits for it; the host does not block (`wait_s` then
+    counts host time only, near zero).
+    """
+
+    def __init__(self, work, finish, stats: ChannelStats, stream=None):
+        self.work, self.finish, self.stats, self.result, self.stream = work, finish, stats, None, stream
 
     def wait(self) -> torch.Tensor:
         if self.result is None:
-            if self.work is not None:
-                t = time.perf_counter()
-                self.work.wait()
-                self.stats.wait_s += time.perf_counter() - t
-            self.result = self.finish()
+            if self.stream is None:
+                self.result = self._finish()
+            else:
+                caller = torch.cuda.current_stream(self.stream.device)
+                with torch.cuda.stream(self.stream):
+                    result = self._finish()
+                caller.wait_stream(self.stream)
+                result.record_stream(caller)  # allocated on the side stream, used on the caller's
+                self.result = result
         return self.result
+
+    def _finish(self) -> torch.Tensor:
+        if self.work is not None:
+            t = time.perf_counter()
+            self.work.wait()
+            self.stats.wait_s += time.perf_counter() - t
+        return self.finish()
 
 
 class Ready:
@@ -115,6 +137,8 @@ class HaloExchange:
         self._used: dict[str, torch.Tensor] = {}
         self._sent_ref: dict[str, torch.Tensor] = {}
         self._held: dict[str, torch.Tensor] = {}
+        self.device = send_idx.device
+        self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.policy = AdaptivePolicy(self, self.config) if self.config.codec == "adaptive" else None
 
     # ------------------------------------------------------------- plan sizes
@@ -163,7 +187,19 @@ class HaloExchange:
     # ------------------------------------------------------------- the wire
     def _a2a(self, rows: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int],
              channel: str | None, direction: str) -> Pending:
-        """Encode per peer, one all_to_all, decode per peer on wait."""
+        """On CUDA, run the exchange on the side stream once `rows` are ready there."""
+        if self._side is None:
+            return self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction)
+        self._side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._side):
+            pending = self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction)
+        rows.record_stream(self._side)  # made on the caller's stream, read on the side stream
+        pending.stream = self._side
+        return pending
+
+    def _a2a_here(self, rows: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int],
+                  channel: str | None, direction: str) -> Pending:
+        """Encode per peer, one all_to_all, decode per peer on wait (on the current stream)."""
         tail = tuple(rows.shape[1:])
         flat = rows.flatten(1).contiguous()
         width, dtype = flat.shape[1], flat.dtype
@@ -185,7 +221,7 @@ class HaloExchange:
                 continue
             enc = codec.encode(block, send_names[p])
             if enc.lo is not None:
-                stats.qvar += float((enc.scale.double() ** 2).sum()) * width / 6.0
+                stats.qvar = stats.qvar + (enc.scale.double() ** 2).sum() * (width / 6.0)
                 stats.elements += block.numel()
                 if self.policy is not None:
                     self.policy.observe(channel, p, width, enc.scale, enc.bits)

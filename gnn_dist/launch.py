@@ -159,6 +159,11 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
                           f"(run mpiexec -n {expected_world})")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_size, 1)))
     use_cuda = torch.cuda.is_available() and backend in (None, "nccl")
+    if backend == "nccl" and not use_cuda:
+        raise LaunchError("--backend nccl needs CUDA, and this torch sees no GPU (use gloo)")
+    if use_cuda and local_size > torch.cuda.device_count():
+        raise LaunchError(f"{local_size} ranks on this host but {torch.cuda.device_count()} GPU(s): NCCL needs one GPU "
+                          f"per rank (launch fewer ranks per host, or --backend gloo to train on the CPU)")
     backend = backend or ("nccl" if use_cuda else "gloo")
     device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if use_cuda else torch.device("cpu")
     if use_cuda:

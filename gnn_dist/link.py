@@ -50,8 +50,8 @@ class LinkTrainer:
         with np.load(f) as z:
             self.held = {k: z[k] for k in z.files}
         rows = np.repeat(np.arange(graph.num_inner), np.diff(graph.indptr))
-        self.pos_dst = torch.from_numpy(rows)
-        self.pos_src = torch.from_numpy(graph.indices)
+        self.pos_dst = torch.from_numpy(rows).to(ctx.device)
+        self.pos_src = torch.from_numpy(graph.indices).to(ctx.device)
         self.num_pos = int(all_sum(torch.tensor([float(rows.shape[0])]), ctx)[0])
         sync_parameters(self.model, ctx)
 
@@ -69,7 +69,7 @@ class LinkTrainer:
         self.opt.zero_grad(set_to_none=False)
         hs = self._embed_all()
         gen = torch.Generator().manual_seed(self.seed * 7919 + epoch * 131 + self.ctx.rank)
-        neg_src = torch.randint(0, hs.shape[0], (self.pos_src.shape[0],), generator=gen)
+        neg_src = torch.randint(0, hs.shape[0], (self.pos_src.shape[0],), generator=gen).to(hs.device)
         h_dst = hs[self.pos_dst]
         pos = (hs[self.pos_src] * h_dst).sum(-1)
         neg = (hs[neg_src] * h_dst).sum(-1)
@@ -85,19 +85,21 @@ class LinkTrainer:
         """Embeddings of arbitrary global ids: ask each owner for its rows (one all-to-all each way)."""
         parts, local = self.book.to_local(gids)
         p = self.ctx.world_size
+        dev = h.device  # NCCL moves device buffers only
         if p == 1:
-            return h[torch.from_numpy(local)]
+            return h[torch.from_numpy(local).to(dev)]
         order = np.argsort(parts, kind="stable")
-        counts = torch.from_numpy(np.bincount(parts, minlength=p).astype(np.int64))
+        counts = torch.from_numpy(np.bincount(parts, minlength=p).astype(np.int64)).to(dev)
         theirs = torch.empty_like(counts)
         dist.all_to_all_single(theirs, counts, group=self.ctx.halo_group)
-        asked = torch.empty(int(theirs.sum()), dtype=torch.int64)
-        dist.all_to_all_single(asked, torch.from_numpy(local[order]), theirs.tolist(), counts.tolist(),
+        counts_l, theirs_l = counts.tolist(), theirs.tolist()
+        asked = torch.empty(sum(theirs_l), dtype=torch.int64, device=dev)
+        dist.all_to_all_single(asked, torch.from_numpy(local[order]).to(dev), theirs_l, counts_l,
                                group=self.ctx.halo_group)
-        reply = torch.empty(len(gids), h.shape[1], dtype=h.dtype)
-        dist.all_to_all_single(reply, h[asked].contiguous(), counts.tolist(), theirs.tolist(), group=self.ctx.halo_group)
+        reply = torch.empty(len(gids), h.shape[1], dtype=h.dtype, device=dev)
+        dist.all_to_all_single(reply, h[asked].contiguous(), counts_l, theirs_l, group=self.ctx.halo_group)
         out = torch.empty_like(reply)
-        out[torch.from_numpy(order)] = reply
+        out[torch.from_numpy(order).to(dev)] = reply
         return out
 
     @torch.no_grad()
@@ -120,8 +122,8 @@ class LinkTrainer:
                 src, dst = self.held[f"{split}_{kind}src"], self.held[f"{split}_{kind}dst"]
                 sel = np.array([d in mine for d in dst.tolist()], dtype=bool)
                 hs = self._fetch(h, src[sel])  # every rank joins, even with nothing to ask
-                hd = h[torch.tensor([local_of[d] for d in dst[sel].tolist()], dtype=torch.int64)]
-                scores.append((hs * hd).sum(-1).numpy())
+                hd = h[torch.tensor([local_of[d] for d in dst[sel].tolist()], dtype=torch.int64, device=h.device)]
+                scores.append((hs * hd).sum(-1).cpu().numpy())
             gathered = [None] * self.ctx.world_size
             if self.ctx.world_size > 1:
                 dist.all_gather_object(gathered, scores)

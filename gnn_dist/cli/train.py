@@ -245,7 +245,7 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
         if args.save_model:
             from gnn_dist.checkpoint import save_atomic
 
-            save_atomic({"model": model.state_dict(), "args": vars(args) | {"run": None}}, args.save_model)
+            save_atomic({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "args": vars(args) | {"run": None}}, args.save_model)
         if args.plot and history:
             from gnn_dist.plots import plot_run
 
