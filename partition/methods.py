@@ -128,3 +128,22 @@ def assign_parts(graph: Graph, num_parts: int, method: str = "metis", **kwargs: 
     if (counts == 0).any():
         raise PartitionError(f"method {method} left part {int(np.argmin(counts))} empty; use fewer parts")
     return parts
+
+
+def read_assignment(path: str, num_nodes: int, num_parts: int) -> np.ndarray:
+    """A node -> part array saved by `gnn-dist assign` (or any tool), checked against the graph it will split."""
+    try:
+        parts = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise PartitionError(f"assignment {path} cannot be read: {str(e).splitlines()[0]}") from None
+    if parts.ndim != 1 or not np.issubdtype(parts.dtype, np.integer):
+        raise PartitionError(f"assignment {path}: expected a 1-D integer array, got {parts.dtype} {parts.shape}")
+    if parts.shape[0] != num_nodes:
+        raise PartitionError(f"assignment {path} has {parts.shape[0]} entries but the graph has {num_nodes} nodes")
+    if parts.size and (parts.min() < 0 or parts.max() >= num_parts):
+        raise PartitionError(f"assignment {path}: part ids must be in [0, {num_parts}), found "
+                             f"{int(parts.min())}..{int(parts.max())}")
+    counts = np.bincount(parts, minlength=num_parts)
+    if (counts == 0).any():
+        raise PartitionError(f"assignment {path} leaves part {int(np.argmin(counts))} empty")
+    return parts.astype(np.int32)

@@ -42,7 +42,8 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _save(path: Path, writer) -> None:
+def write_atomic(path: Path, writer) -> None:
+    """Write through a temp file and rename: a crash leaves the old file or none, never half of one."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         writer(f)
@@ -61,15 +62,15 @@ def _write_part(folder: Path, plan: PartPlan) -> None:
     if plan.edge_attr is not None:
         graph["edge_attr"] = plan.edge_attr
     typed = {k: v for k, v in (("node_type", plan.node_type), ("rel_in_degree", plan.rel_in_degree)) if v is not None}
-    _save(folder / "graph.npz", lambda f: np.savez(f, **graph))
-    _save(folder / "nodes.npz", lambda f: np.savez(
+    write_atomic(folder / "graph.npz", lambda f: np.savez(f, **graph))
+    write_atomic(folder / "nodes.npz", lambda f: np.savez(
         f, global_ids=plan.global_ids, num_inner=np.int64(plan.num_inner), num_central=np.int64(plan.num_central),
         in_degree=plan.in_degree, out_degree=plan.out_degree, in_weight=plan.in_weight,
         self_loop=plan.self_loop if plan.self_loop is not None else np.zeros(plan.global_ids.shape[0], bool), **typed))
-    _save(folder / "features.npy", lambda f: np.save(f, np.ascontiguousarray(plan.x, dtype=np.float32)))
-    _save(folder / "labels.npy", lambda f: np.save(f, plan.y))
-    _save(folder / "masks.npz", lambda f: np.savez(f, train=plan.train_mask, val=plan.val_mask, test=plan.test_mask))
-    _save(folder / "halo.npz", lambda f: np.savez(
+    write_atomic(folder / "features.npy", lambda f: np.save(f, np.ascontiguousarray(plan.x, dtype=np.float32)))
+    write_atomic(folder / "labels.npy", lambda f: np.save(f, plan.y))
+    write_atomic(folder / "masks.npz", lambda f: np.savez(f, train=plan.train_mask, val=plan.val_mask, test=plan.test_mask))
+    write_atomic(folder / "halo.npz", lambda f: np.savez(
         f, send_idx=plan.send_idx, send_counts=plan.send_counts, recv_counts=plan.recv_counts))
 
 
@@ -94,10 +95,10 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        _save(stage / "node_map.npy", lambda f: np.save(f, node_map.astype(np.int32)))
+        write_atomic(stage / "node_map.npy", lambda f: np.save(f, node_map.astype(np.int32)))
         checksums = {"node_map.npy": sha256_file(stage / "node_map.npy")}
         for name, arrays in (root_files or {}).items():  # e.g. held-out link-prediction edges
-            _save(stage / name, lambda f, a=arrays: np.savez(f, **a))
+            write_atomic(stage / name, lambda f, a=arrays: np.savez(f, **a))
             checksums[name] = sha256_file(stage / name)
         rows = []
         for plan in plans:
@@ -105,7 +106,7 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
             _write_part(folder, plan)
             files = extras(plan.part) if version in EXTRA_FILES else {}
             for name in EXTRA_FILES.get(version, ()):
-                _save(folder / name, lambda f: np.savez(f, **files[name]))
+                write_atomic(folder / name, lambda f: np.savez(f, **files[name]))
             for name in names:
                 checksums[f"part-{plan.part}/{name}"] = sha256_file(folder / name)
             rows.append({"inner": plan.num_inner, "halo": plan.num_halo, "central": plan.num_central,
@@ -115,7 +116,7 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
         meta = dict(meta, format_version=version, parts=rows, sha256=checksums)
         if summarize is not None:
             meta.update(summarize(rows))
-        _save(stage / "partition.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
+        write_atomic(stage / "partition.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
         if out.exists():
             trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
             os.replace(out, trash / "old")

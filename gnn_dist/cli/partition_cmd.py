@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
                    help="metis (default), baselines random and contiguous, or streaming ldg / fennel for graphs "
                         "whose METIS run would not fit in memory")
     p.add_argument("--passes", type=int, default=1, help="streaming methods: passes over the nodes (restreaming)")
+    p.add_argument("--assignment", default=None, metavar="PARTS.npy",
+                   help="use this node -> part array (e.g. from `mpiexec -n R gnn-dist assign`) instead of --method")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--seed", type=int, default=0, help="seed for METIS and the random baseline (default 0)")
     p.add_argument("--balance", default="", help="extra METIS balance constraints, comma separated: train,degree")
@@ -65,10 +67,16 @@ def run(args: argparse.Namespace) -> int:
     if args.parts < 1:
         raise PartitionError(f"--parts must be at least 1, got {args.parts}")
     check_out_dir(out, args.force)  # fail before hours of work, not after
+    if args.assignment and not Path(args.assignment).is_file():
+        raise PartitionError(f"assignment {args.assignment} does not exist")
     balance = tuple(b for b in args.balance.split(",") if b)
     t0 = time.perf_counter()
     log(f"loading {args.dataset}")
     graph = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)
+    if args.assignment:
+        if isinstance(graph, (Snapshots, HeteroGraph)):
+            raise PartitionError("--assignment applies to plain graphs, not dynamic or typed ones")
+        args.method = "assignment"
     if isinstance(graph, Snapshots):
         return run_snapshots(args, graph, balance, t0)
     if isinstance(graph, HeteroGraph):
@@ -99,8 +107,14 @@ def run(args: argparse.Namespace) -> int:
         if args.passes < 1:
             raise PartitionError(f"--passes must be >= 1, got {args.passes}")
         kwargs.update(passes=args.passes)
-    log(f"assigning {args.parts} parts with {args.method}")
-    parts = assign_parts(graph, args.parts, args.method, **kwargs)
+    if args.assignment:
+        from partition.methods import read_assignment
+
+        log(f"reading the assignment {args.assignment}")
+        parts = read_assignment(args.assignment, graph.num_nodes, args.parts)
+    else:
+        log(f"assigning {args.parts} parts with {args.method}")
+        parts = assign_parts(graph, args.parts, args.method, **kwargs)
     t_assign = time.perf_counter() - t1
     meta = {
         "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,

@@ -4,7 +4,8 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from gnn_dist.data import edgelist, hetero, real, synthetic, temporal
+from gnn_dist.data import hetero, real, synthetic, temporal
+from partition import edgelist
 from partition.errors import PartitionError
 from partition.graph import Graph
 from partition.hetero import HeteroGraph

@@ -45,7 +45,8 @@ def read_chunk(f: Path) -> tuple[np.ndarray, np.ndarray]:
         raise PartitionError(f"edge list chunk {f} cannot be read: {str(e).splitlines()[0]}") from None
 
 
-def _chunks(files: list[Path]) -> Iterator[tuple[Path, np.ndarray, np.ndarray]]:
+def read_chunks(files: list[Path]) -> Iterator[tuple[Path, np.ndarray, np.ndarray]]:
+    """Each chunk in turn, checked for negative ids."""
     for f in files:
         src, dst = read_chunk(f)
         if src.size and min(src.min(), dst.min()) < 0:
@@ -57,7 +58,7 @@ def load_edge_list(spec: str, num_nodes: int | None = None) -> Graph:
     files = chunk_files(spec)
     n = num_nodes or 0
     deg = np.zeros(n, np.int64)
-    for f, src, dst in _chunks(files):  # pass 1: in-degree of every node
+    for f, src, dst in read_chunks(files):  # pass 1: in-degree of every node
         top = int(max(src.max(), dst.max())) + 1 if src.size else 0
         if num_nodes and top > num_nodes:
             raise PartitionError(f"edge list chunk {f}: node id {top - 1} is out of range for {num_nodes} nodes")
@@ -69,7 +70,7 @@ def load_edge_list(spec: str, num_nodes: int | None = None) -> Graph:
     np.cumsum(deg, out=indptr[1:])
     indices = np.empty(int(indptr[-1]), np.int64)
     fill = indptr[:-1].copy()
-    for _, src, dst in _chunks(files):  # pass 2: place each edge in its row
+    for _, src, dst in read_chunks(files):  # pass 2: place each edge in its row
         order = np.argsort(dst, kind="stable")
         d, s = dst[order], src[order]
         starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
