@@ -3,13 +3,23 @@
 intB keeps per row `lo = min` and `scale = (max - min) / (2^B - 1)` in fp32
 (fp16 would underflow on gradients) and rounds stochastically,
 q = floor((x - lo) / scale + u) with u ~ U[0, 1), so E[decode] = x.
-Values are packed 8 / B per byte. Rows with max == min send a zero payload.
+Values are packed 8 / B per byte, planar: code j of a row sits in byte
+j mod P at bit (j div P) * B, P the packed width. Rows with max == min send
+a zero payload.
+
+On the CPU, fused numba kernels (`gnn_dist.codec_kernels`) do the work where
+numba is installed; elsewhere (CUDA, or GNN_DIST_CODEC=torch) torch
+expressions do. Both write the same bytes layout and decode alike.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
 
 INT_BITS = (8, 4, 2)
 FLOAT_CODECS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -119,18 +129,18 @@ def _workspace(shape: tuple, device) -> torch.Tensor:
 
 
 def pack(q: torch.Tensor, bits: int) -> torch.Tensor:
-    """Put 8 / bits codes in each byte, first code in the low bits."""
+    """Put 8 / bits codes in each byte, planar: code j in byte j mod P, at bit (j div P) * bits."""
     if bits == 8:
         return q.contiguous()
     per = 8 // bits
     rows, width = q.shape
-    pad = (-width) % per
-    if pad:
-        q = torch.nn.functional.pad(q, (0, pad))
-    q = q.view(rows, -1, per)
-    out = q[:, :, 0].clone()
+    pw = packed_width(width, bits)
+    if per * pw != width:
+        q = torch.nn.functional.pad(q, (0, per * pw - width))
+    q = q.view(rows, per, pw)
+    out = q[:, 0].clone()
     for k in range(1, per):
-        out |= q[:, :, k] << (k * bits)
+        out |= q[:, k] << (k * bits)
     return out
 
 
@@ -140,7 +150,48 @@ def unpack(p: torch.Tensor, bits: int, width: int) -> torch.Tensor:
     per = 8 // bits
     mask = 2**bits - 1
     parts = [(p >> (k * bits)) & mask for k in range(per)]
-    return torch.stack(parts, dim=2).view(p.shape[0], -1)[:, :width]
+    return torch.cat(parts, dim=1)[:, :width]
+
+
+BACKEND = os.environ.get("GNN_DIST_CODEC", "auto")  # auto | torch | fused
+
+
+def fused_available() -> bool:
+    """numba is installed (the kernels themselves load, and compile or come from disk, on first use: ~1.5 s)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def _kernels():
+    from gnn_dist import codec_kernels
+
+    return codec_kernels
+
+
+def _fused(x: torch.Tensor) -> bool:
+    """Use the numba kernels for this tensor?"""
+    if BACKEND == "torch" or x.device.type != "cpu" or x.dim() != 2 or 0 in x.shape:
+        return False
+    if not fused_available():
+        if BACKEND == "fused":
+            raise RuntimeError("GNN_DIST_CODEC=fused but numba is not installed")
+        return False
+    return True
+
+
+def _key(generator: torch.Generator | None) -> int:
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
+def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes into columns [0, packed) of `out` (uint8 [rows, >= packed]); returns lo and scale."""
+    xn = x.detach().to(torch.float32).contiguous().numpy()
+    lo, scale = np.empty(xn.shape[0], np.float32), np.empty(xn.shape[0], np.float32)
+    _kernels().encode_into(xn, out, lo, scale, bits, _key(generator))
+    return lo, scale
+
+
+def _fused_decode(payload: np.ndarray, lo: np.ndarray, scale: np.ndarray, bits: int, out: np.ndarray) -> None:
+    _kernels().decode_into(payload, lo, scale, out, bits)
 
 
 def encode(x: torch.Tensor, codec: str, generator: torch.Generator | None = None) -> Encoded:
@@ -149,6 +200,10 @@ def encode(x: torch.Tensor, codec: str, generator: torch.Generator | None = None
     if codec not in CODECS:
         raise ValueError(f"unknown codec '{codec}' (choose from {', '.join(CODECS)})")
     bits = int(codec[3:])
+    if _fused(x):
+        out = np.empty((x.shape[0], packed_width(x.shape[1], bits)), np.uint8)
+        lo, scale = _fused_encode(x, bits, generator, out)
+        return Encoded(torch.from_numpy(out), torch.from_numpy(lo), torch.from_numpy(scale), x.shape[1], bits)
     q, lo, scale = quantize(x, bits, generator)
     return Encoded(pack(q, bits), lo, scale, x.shape[1], bits)
 
@@ -156,8 +211,61 @@ def encode(x: torch.Tensor, codec: str, generator: torch.Generator | None = None
 def decode(e: Encoded, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     if e.lo is None:
         return e.payload.to(dtype)
+    if _fused(e.payload):
+        out = np.empty((e.payload.shape[0], e.width), np.float32)
+        _fused_decode(e.payload.numpy(), e.lo.contiguous().numpy(), e.scale.contiguous().numpy(), e.bits, out)
+        return torch.from_numpy(out).to(dtype)
     q = unpack(e.payload, e.bits, e.width).to(torch.float32)
     return q.mul_(e.scale.unsqueeze(1)).add_(e.lo.unsqueeze(1)).to(dtype)
+
+
+def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None = None,
+                out: torch.Tensor | None = None):
+    """Wire records, uint8 [rows, bytes per row] ([payload | lo | scale] for intB), and the row scales (intB).
+
+    What the exchange sends, so a row-split all_to_all carries any codec;
+    `out` (uint8, wire_bytes long) is filled in place, e.g. a slice of the send buffer.
+    """
+    rows = x.shape[0]
+    if out is None:
+        out = torch.empty(wire_bytes(rows, x.shape[1], codec), dtype=torch.uint8, device=x.device)
+    out = out.view(rows, -1) if rows else out.view(0, 0)
+    if codec in FLOAT_CODECS:
+        out.copy_(x.to(FLOAT_CODECS[codec]).contiguous().view(torch.uint8).view(rows, -1))
+        return out, None
+    bits = int(codec[3:]) if codec in CODECS else None
+    if bits is not None and _fused(x) and _fused(out):
+        o = out.numpy()
+        lo, scale = _fused_encode(x, bits, generator, o)
+        pw = o.shape[1] - 8
+        o[:, pw: pw + 4] = lo.view(np.uint8).reshape(-1, 4)
+        o[:, pw + 4:] = scale.view(np.uint8).reshape(-1, 4)
+        return out, torch.from_numpy(scale)
+    e = encode(x, codec, generator)
+    out.copy_(to_rows(e))
+    return out, e.scale
+
+
+def decode_rows(records: torch.Tensor, codec: str, width: int, dtype: torch.dtype = torch.float32,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """Inverse of encode_rows: wire bytes of `rows` records -> [rows, width] of `dtype` (into `out` if given)."""
+    rows = records.numel() // max(wire_bytes(1, width, codec), 1)
+    records = records.view(rows, -1)
+    if out is None:
+        out = torch.empty(rows, width, dtype=dtype, device=records.device)
+    if codec in FLOAT_CODECS:
+        out.copy_(records.contiguous().view(FLOAT_CODECS[codec]).view(rows, width))
+        return out
+    bits = int(codec[3:])
+    if _fused(records) and out.dtype == torch.float32 and out.is_contiguous():
+        r = records.numpy()
+        pw = packed_width(width, bits)
+        lo = np.ascontiguousarray(r[:, pw: pw + 4]).view(np.float32).reshape(-1)
+        scale = np.ascontiguousarray(r[:, pw + 4: pw + 8]).view(np.float32).reshape(-1)
+        _fused_decode(r, lo, scale, bits, out.numpy())
+        return out
+    out.copy_(decode(from_rows(records, codec, width), dtype))
+    return out
 
 
 def rounding_variance(x: torch.Tensor, bits: int) -> torch.Tensor:

@@ -213,40 +213,27 @@ class HaloExchange:
             work = dist.all_to_all_single(out, flat, out_splits, in_splits, group=self.group, async_op=True)
             stats.add([r * width * flat.element_size() for r in in_splits], in_splits)
             return Pending(work, lambda: out.view(out_rows, *tail), stats)
-        blocks, nbytes = [], []
-        for p, block in enumerate(torch.split(flat, in_splits)):
+        nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
+        send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=flat.device)
+        for p, (block, buf) in enumerate(zip(torch.split(flat, in_splits), torch.split(send_buf, nbytes))):
             if block.shape[0] == 0:
-                blocks.append(torch.zeros(0, dtype=torch.uint8, device=flat.device))
-                nbytes.append(0)
                 continue
-            enc = codec.encode(block, send_names[p])
-            if enc.lo is not None:
-                stats.qvar = stats.qvar + (enc.scale.double() ** 2).sum() * (width / 6.0)
+            _, scale = codec.encode_rows(block, send_names[p], out=buf)  # straight into the send buffer
+            if scale is not None:
+                stats.qvar = stats.qvar + (scale.double() ** 2).sum() * (width / 6.0)
                 stats.elements += block.numel()
                 if self.policy is not None:
-                    self.policy.observe(channel, p, width, enc.scale, enc.bits)
-            b = codec.to_rows(enc).reshape(-1).view(torch.uint8) if enc.lo is not None else \
-                enc.payload.contiguous().view(torch.uint8).reshape(-1)
-            blocks.append(b)
-            nbytes.append(b.numel())
-        send_buf = torch.cat(blocks) if blocks else torch.zeros(0, dtype=torch.uint8, device=flat.device)
+                    self.policy.observe(channel, p, width, scale, int(send_names[p][3:]))
         recv_bytes = [codec.wire_bytes(r, width, n) for r, n in zip(out_splits, recv_names)]
         out = torch.empty(sum(recv_bytes), dtype=torch.uint8, device=flat.device)
         work = dist.all_to_all_single(out, send_buf, recv_bytes, nbytes, group=self.group, async_op=True)
         stats.add(nbytes, in_splits)
 
         def finish() -> torch.Tensor:
-            parts = []
-            for p, (chunk, r) in enumerate(zip(torch.split(out, recv_bytes), out_splits)):
-                name = recv_names[p]
-                if r == 0:
-                    continue
-                if name in codec.FLOAT_CODECS:
-                    t = chunk.view(codec.FLOAT_CODECS[name]).view(r, width)
-                    parts.append(t.to(dtype))
-                else:
-                    parts.append(codec.decode(codec.from_rows(chunk.view(r, -1), name, width), dtype))
-            res = torch.cat(parts) if parts else torch.zeros(0, width, dtype=dtype, device=flat.device)
+            res = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
+            for p, (chunk, rows) in enumerate(zip(torch.split(out, recv_bytes), torch.split(res, out_splits))):
+                if rows.shape[0]:
+                    codec.decode_rows(chunk, recv_names[p], width, dtype, out=rows)  # straight into place
             return res.view(out_rows, *tail)
 
         return Pending(work, finish, stats)

@@ -21,14 +21,43 @@ from partition.graph import Graph
 NORMS = ("none", "raw", "mean", "gcn")
 
 
+def spmm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """a @ x for a sparse CSR `a`, also when `a` has no rows or no columns (torch's CSR kernels refuse those)."""
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        return x.new_zeros((a.shape[0],) + tuple(x.shape[1:]))
+    return a @ x
+
+
 @dataclass
 class SplitOperator:
-    """A = [A_central; A_marginal] and transposes; central rows read inner columns only."""
+    """A = [A_central; A_marginal], with A_marginal = [local columns | halo columns], and transposes.
+
+    Central rows read inner columns only; so do the local columns of marginal
+    rows. Both are computed while halo rows are in flight: only the halo
+    columns wait for the exchange (and, backward, only the halo columns'
+    gradients are computed before it starts).
+    """
 
     central: torch.Tensor  # CSR [num_central, num_inner]
     central_t: torch.Tensor
-    marginal: torch.Tensor  # CSR [num_marginal, num_src]
-    marginal_t: torch.Tensor
+    local: torch.Tensor  # CSR [num_marginal, num_inner]: marginal rows, inner columns
+    local_t: torch.Tensor
+    halo: torch.Tensor  # CSR [num_marginal, num_halo]: marginal rows, halo columns
+    halo_t: torch.Tensor
+
+    @classmethod
+    def from_scipy(cls, central: sp.csr_matrix, marginal: sp.csr_matrix, num_inner: int, device) -> "SplitOperator":
+        local, halo = marginal[:, :num_inner].tocsr(), marginal[:, num_inner:].tocsr()
+        return cls(*(_to_torch_csr(t, device) for t in (central, central.T.tocsr(), local, local.T.tocsr(),
+                                                          halo, halo.T.tocsr())))
+
+    @property
+    def num_central(self) -> int:
+        return int(self.central.shape[0])
+
+    @property
+    def num_marginal(self) -> int:
+        return int(self.local.shape[0])
 
 
 def _to_torch_csr(m: sp.csr_matrix, device) -> torch.Tensor:
@@ -137,9 +166,8 @@ class LocalGraph:
             if norm == "gcn":
                 diag = self._missing_loop()[: self.num_inner] / self._gcn_degree()[: self.num_inner]
                 a = a + sp.csr_matrix((diag, (np.arange(self.num_inner), np.arange(self.num_inner))), shape=a.shape)
-            c = a[: self.num_central, : self.num_inner]
-            m = a[self.num_central:]
-            self._ops[norm] = SplitOperator(*(_to_torch_csr(t, self.device) for t in (c, c.T.tocsr(), m, m.T.tocsr())))
+            self._ops[norm] = SplitOperator.from_scipy(a[: self.num_central, : self.num_inner], a[self.num_central:],
+                                                       self.num_inner, self.device)
         return self._ops[norm]
 
     def edges(self, self_loops: bool = False) -> dict:

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from gnn_dist.graph import LocalGraph, SplitOperator, _to_torch_csr
+from gnn_dist.graph import LocalGraph, SplitOperator
 from gnn_dist.launch import DistContext
 from gnn_dist.loader import load_partition
 from partition.errors import PartitionError
@@ -138,5 +138,5 @@ def relation_operator(graph: LocalGraph) -> SplitOperator:
             marginal.append(a[nc:])
         c = sp.vstack(central).tocsr()
         m = sp.vstack(marginal).tocsr()
-        graph._ops["relations"] = SplitOperator(*(_to_torch_csr(t, graph.device) for t in (c, c.T.tocsr(), m, m.T.tocsr())))
+        graph._ops["relations"] = SplitOperator.from_scipy(c, m, n, graph.device)
     return graph._ops["relations"]

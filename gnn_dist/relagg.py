@@ -17,7 +17,7 @@ import scipy.sparse as sp
 import torch
 import torch.distributed as dist
 
-from gnn_dist.graph import LocalGraph, SplitOperator, _to_torch_csr
+from gnn_dist.graph import LocalGraph, SplitOperator, _to_torch_csr, spmm
 
 
 @dataclass
@@ -79,7 +79,9 @@ def build_plan(graph: LocalGraph, arrays: dict, rank: int) -> RelAggPlan:
         k = (et == r) & ~dropped
         marginal.append(sp.csr_matrix((1.0 / deg[k], (rows[k], col[k])), shape=(n, graph.num_src))[nc:])
     m = sp.vstack(marginal).tocsr()
-    op = SplitOperator(full.central, full.central_t, _to_torch_csr(m, dev), _to_torch_csr(m.T.tocsr(), dev))
+    marginal_only = SplitOperator.from_scipy(sp.csr_matrix((0, n)), m, n, dev)
+    op = SplitOperator(full.central, full.central_t, marginal_only.local, marginal_only.local_t, marginal_only.halo,
+                       marginal_only.halo_t)
     return RelAggPlan(torch.from_numpy(send_idx[send_keep]).to(dev), raw_send, raw_recv,
                       torch.from_numpy(np.flatnonzero(halo_keep)).to(dev), sums, sums_t,
                       arrays["b_rows"].tolist(), arrays["pos_counts"].tolist(),
@@ -113,7 +115,7 @@ class RelAggSpMM(torch.autograd.Function):
         halo = x.new_zeros(graph.num_src - n, f)
         halo[plan.halo_pos] = torch.cat([b[:k] for b, k in zip(parts, plan.raw_recv)])
         partial = torch.cat([b[k:] for b, k in zip(parts, plan.raw_recv)])
-        out_m = op.marginal @ torch.cat([x, halo]) if op.marginal.shape[0] else x.new_zeros(0, f)
+        out_m = spmm(op.local, x) + spmm(op.halo, halo)
         r = num_relations
         agg = torch.cat([out_c.view(r, nc, f), out_m.view(r, n - nc, f)], dim=1).reshape(r * n, f)
         return agg.index_add(0, plan.pos, partial).view(r, n, f)
@@ -125,14 +127,13 @@ class RelAggSpMM(torch.autograd.Function):
         grad = grad.contiguous()
         f = grad.shape[2]
         g_c, g_m = grad[:, :nc].reshape(r * nc, f), grad[:, nc:].reshape(r * (n - nc), f)
-        g_src = op.marginal_t @ g_m if op.marginal.shape[0] else grad.new_zeros(graph.num_src, f)
-        halo_g = g_src[n:][plan.halo_pos]
+        halo_g = spmm(op.halo_t, g_m)[plan.halo_pos]
         partial_g = grad.reshape(r * n, f)[plan.pos]
         blocks = []
         for hb, pb in zip(torch.split(halo_g, plan.raw_recv), torch.split(partial_g, plan.agg_recv)):
             blocks += [hb, pb]
         recv, work = _all_to_all(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits, plan)
-        g_x = g_src[:n].clone()
+        g_x = spmm(op.local_t, g_m)
         if nc:
             g_x += op.central_t @ g_c
         work.wait()

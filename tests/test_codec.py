@@ -8,6 +8,16 @@ import torch
 
 from gnn_dist import codec
 
+BACKENDS = ["torch", pytest.param("fused", marks=pytest.mark.skipif(not codec.fused_available(),
+                                                                   reason="numba not installed"))]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, monkeypatch):
+    """Run a test once with the torch expressions and once with the fused numba kernels."""
+    monkeypatch.setattr(codec, "BACKEND", request.param)
+    return request.param
+
 
 @pytest.mark.parametrize("bits", codec.INT_BITS)
 @pytest.mark.parametrize("width", [1, 3, 7, 16, 33])
@@ -20,7 +30,7 @@ def test_pack_round_trips_exactly(bits, width):
 
 
 @pytest.mark.parametrize("bits", codec.INT_BITS)
-def test_decoding_is_unbiased_and_variance_matches_theory(bits):
+def test_decoding_is_unbiased_and_variance_matches_theory(bits, backend):
     g = torch.Generator().manual_seed(bits)
     x = torch.randn(40, 24, generator=g) * torch.logspace(-3, 1, 40).unsqueeze(1)
     trials = 2000
@@ -39,7 +49,7 @@ def test_decoding_is_unbiased_and_variance_matches_theory(bits):
 
 
 @pytest.mark.parametrize("bits", codec.INT_BITS)
-def test_constant_rows_and_tiny_gradients_survive(bits):
+def test_constant_rows_and_tiny_gradients_survive(bits, backend):
     x = torch.stack([torch.full((9,), 3.25), torch.zeros(9), torch.linspace(-1e-8, 1e-8, 9)])
     e = codec.encode(x, f"int{bits}", torch.Generator().manual_seed(0))
     d = codec.decode(e)
@@ -60,3 +70,23 @@ def test_float_codecs_round_trip():
     x = torch.randn(5, 6)
     assert torch.equal(codec.decode(codec.encode(x, "fp32")), x)
     assert torch.allclose(codec.decode(codec.encode(x, "bf16")), x, rtol=1e-2)
+
+
+@pytest.mark.skipif(not codec.fused_available(), reason="numba not installed")
+@pytest.mark.parametrize("bits", codec.INT_BITS)
+@pytest.mark.parametrize("width", [1, 5, 64])
+def test_fused_and_torch_write_the_same_bytes(bits, width, monkeypatch):
+    """Either side of a link may use either implementation: same packing, same decoded values."""
+    x = torch.randn(50, width, generator=torch.Generator().manual_seed(width))
+    monkeypatch.setattr(codec, "BACKEND", "fused")
+    rows, scale = codec.encode_rows(x, f"int{bits}", torch.Generator().manual_seed(1))
+    e = codec.from_rows(rows, f"int{bits}", width)
+    decoded = codec.decode_rows(rows, f"int{bits}", width)
+    codes = ((decoded - e.lo.unsqueeze(1)) / torch.where(scale == 0, 1.0, scale).unsqueeze(1)).round().to(torch.uint8)
+    assert torch.equal(codec.pack(codes, bits), e.payload)  # the fused kernel packs as `pack` does
+    monkeypatch.setattr(codec, "BACKEND", "torch")
+    assert torch.equal(codec.decode_rows(rows, f"int{bits}", width), decoded)
+    other, _ = codec.encode_rows(x, f"int{bits}")
+    by_torch = codec.decode_rows(other, f"int{bits}", width)
+    monkeypatch.setattr(codec, "BACKEND", "fused")
+    assert torch.equal(codec.decode_rows(other, f"int{bits}", width), by_torch)

@@ -15,11 +15,11 @@ import torch
 from torch import nn
 
 from gnn_dist.exchange import HaloWait
-from gnn_dist.graph import LocalGraph, SplitOperator
+from gnn_dist.graph import LocalGraph, SplitOperator, spmm
 
 
 class HaloSpMM(torch.autograd.Function):
-    """out = A @ [x; halo(x)] with the exchange overlapped in forward and backward."""
+    """out = A @ [x; halo(x)], everything but the halo columns computed while the exchange is in flight."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, op: SplitOperator, graph: LocalGraph) -> torch.Tensor:
@@ -28,26 +28,26 @@ class HaloSpMM(torch.autograd.Function):
         pending = ex.start(x) if ex is not None else None
         if pending is not None and not graph.overlap:
             halo = pending.wait()
-        out_c = op.central @ x if op.central.shape[0] else x.new_zeros(0, x.shape[1])
-        if pending is not None and graph.overlap:
-            halo = pending.wait()
-        src = torch.cat([x, halo]) if pending is not None else x
-        out_m = op.marginal @ src if op.marginal.shape[0] else x.new_zeros(0, x.shape[1])
+        out_c = spmm(op.central, x)
+        out_m = spmm(op.local, x)
+        if pending is not None:
+            if graph.overlap:
+                halo = pending.wait()
+            out_m = out_m + spmm(op.halo, halo)
         return torch.cat([out_c, out_m])
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         op, graph = ctx.op, ctx.graph
         ex = graph.exchange
-        nc, ni = op.central.shape[0], graph.num_inner  # central rows of the operator (several per node if stacked)
+        nc = op.num_central  # central rows of the operator (several per node if stacked)
         grad = grad.contiguous()
-        g_m = op.marginal_t @ grad[nc:] if op.marginal.shape[0] else grad.new_zeros(graph.num_src, grad.shape[1])
-        pending = ex.start_backward(g_m[ni:]) if ex is not None else None
+        pending = ex.start_backward(spmm(op.halo_t, grad[nc:])) if ex is not None else None
         if pending is not None and not graph.overlap:
             received = pending.wait()
-        g_x = g_m[:ni].clone()
+        g_x = spmm(op.local_t, grad[nc:])
         if nc:
-            g_x += op.central_t @ grad[:nc]
+            g_x += spmm(op.central_t, grad[:nc])
         if pending is not None:
             if graph.overlap:
                 received = pending.wait()
