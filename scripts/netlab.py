@@ -100,7 +100,8 @@ def run(cmd: list[str], port: int = 29400, timeout: float | None = None) -> int:
     for k in range(hosts):
         env = dict(os.environ, RANK=str(k), WORLD_SIZE=str(hosts), LOCAL_RANK="0",
                    LOCAL_WORLD_SIZE=str(hosts),  # all "hosts" share this box's cores
-                   MASTER_ADDR=f"{SUBNET}.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=f"gdl{k}h")
+                   MASTER_ADDR=f"{SUBNET}.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=f"gdl{k}h",
+                   TORCH_CPP_LOG_LEVEL=os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"))  # namespaces have no hostname entry
         procs.append(subprocess.Popen(["ip", "netns", "exec", f"gdl{k}", *cmd], env=env))
     codes = []
     for p in procs:
