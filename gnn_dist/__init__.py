@@ -6,15 +6,22 @@
     model = gd.nn.build_model("gcn", part.num_features, 16, part.num_classes)
     gd.Trainer(model, part, ctx).fit(epochs=200)
 """
-from gnn_dist import nn
-from gnn_dist.graph import LocalGraph
-from gnn_dist.launch import DistContext, init
-from gnn_dist.hetero import load_hetero_partition, local_hetero
-from gnn_dist.loader import load_partition
-from gnn_dist.snapshots import SnapshotSequence
-from gnn_dist.temporal_trainer import TemporalTrainer
-from gnn_dist.trainer import Trainer
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["nn", "LocalGraph", "DistContext", "init", "load_partition", "Trainer", "load_hetero_partition",
-           "local_hetero", "SnapshotSequence", "TemporalTrainer"]
+# Loaded on first use, so the partitioning commands (numpy, scipy, pymetis) never import torch.
+_EXPORTS = {
+    "LocalGraph": "gnn_dist.graph", "DistContext": "gnn_dist.launch", "init": "gnn_dist.launch",
+    "load_partition": "gnn_dist.loader", "Trainer": "gnn_dist.trainer", "load_hetero_partition": "gnn_dist.hetero",
+    "local_hetero": "gnn_dist.hetero", "SnapshotSequence": "gnn_dist.snapshots",
+    "TemporalTrainer": "gnn_dist.temporal_trainer",
+}
+__all__ = ["nn", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name == "nn":
+        return importlib.import_module("gnn_dist.nn")
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'gnn_dist' has no attribute '{name}'")

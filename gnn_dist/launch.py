@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-
-class LaunchError(RuntimeError):
-    """The job cannot start (or go on) as launched; the message says why."""
+from gnn_dist.errors import LaunchError
 
 
 @dataclass

@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gnn_dist.launch import LaunchError
+    from gnn_dist.errors import LaunchError
 
     args = build_parser().parse_args(argv)
     try:
