@@ -83,11 +83,16 @@ class StreamResult:
     peak_rss_mb: list  # per rank
 
 
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """int32 where every id fits: half the memory for every copy the shuffle makes."""
+    return a.astype(np.int32) if not a.size or a.max() <= np.iinfo(np.int32).max else a
+
+
 def _read_share(files: list, rank: int, size: int) -> tuple[np.ndarray, np.ndarray, int]:
-    src, dst = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    src, dst = [np.zeros(0, np.int32)], [np.zeros(0, np.int32)]
     for _, s, d in read_chunks(files[rank::size]):
-        src.append(s)
-        dst.append(d)
+        src.append(_narrow(s))
+        dst.append(_narrow(d))
     src, dst = np.concatenate(src), np.concatenate(dst)
     return src, dst, int(max(src.max(), dst.max())) + 1 if src.size else 0
 
@@ -102,9 +107,10 @@ def _shuffle(comm, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np
     order = np.argsort(dest, kind="stable")
     rows, cols = rows[order], cols[order]
     send = np.bincount(dest, minlength=size).astype(np.int64)
+    del dest, order
     recv = np.empty_like(send)
     comm.Alltoall(send, recv)
-    got_rows, got_cols = np.empty(int(recv.sum()), np.int64), np.empty(int(recv.sum()), np.int64)
+    got_rows, got_cols = np.empty(int(recv.sum()), rows.dtype), np.empty(int(recv.sum()), rows.dtype)
     comm.Alltoallv([rows, send], [got_rows, recv])
     comm.Alltoallv([cols, send], [got_cols, recv])
     return got_rows, got_cols
@@ -129,11 +135,14 @@ def mpi_stream_parts(comm, files: list, num_parts: int, method: str = "fennel", 
 
     agree(comm, check_range)
     n = num_nodes or n_seen
+    ids = np.int32 if n - 1 <= np.iinfo(np.int32).max else np.int64  # every rank sends the same type
+    src, dst = src.astype(ids, copy=False), dst.astype(ids, copy=False)
     num_edges = comm.allreduce(int(src.shape[0]))
     rows, cols = _shuffle(comm, src, dst, n)
     del src, dst
     lo, hi = node_range(rank, n, size)
-    adj = sp.csr_matrix((np.ones(rows.shape[0], np.int64), (rows - lo, cols)), shape=(hi - lo, n))
+    rows -= lo
+    adj = sp.csr_matrix((np.ones(rows.shape[0], np.int32), (rows, cols)), shape=(hi - lo, n))
     adj.sort_indices()
     del rows, cols
     nnz = comm.allreduce(int(adj.nnz))
