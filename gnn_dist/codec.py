@@ -7,18 +7,19 @@ Values are packed 8 / B per byte, planar: code j of a row sits in byte
 j mod P at bit (j div P) * B, P the packed width. Rows with max == min send
 a zero payload.
 
-On the CPU, fused numba kernels (`gnn_dist.codec_kernels`) do the work where
+On the CPU, fused numba kernels (`gnn_dist.cpu_kernels`) do the work where
 numba is installed; elsewhere (CUDA, or GNN_DIST_CODEC=torch) torch
 expressions do. Both write the same bytes layout and decode alike.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from gnn_dist import fused
 
 
 INT_BITS = (8, 4, 2)
@@ -156,22 +157,11 @@ def unpack(p: torch.Tensor, bits: int, width: int) -> torch.Tensor:
 BACKEND = os.environ.get("GNN_DIST_CODEC", "auto")  # auto | torch | fused
 
 
-def fused_available() -> bool:
-    """numba is installed (the kernels themselves load, and compile or come from disk, on first use: ~1.5 s)."""
-    return importlib.util.find_spec("numba") is not None
-
-
-def _kernels():
-    from gnn_dist import codec_kernels
-
-    return codec_kernels
-
-
 def _fused(x: torch.Tensor) -> bool:
     """Use the numba kernels for this tensor?"""
     if BACKEND == "torch" or x.device.type != "cpu" or x.dim() != 2 or 0 in x.shape:
         return False
-    if not fused_available():
+    if not fused.available():
         if BACKEND == "fused":
             raise RuntimeError("GNN_DIST_CODEC=fused but numba is not installed")
         return False
@@ -186,12 +176,12 @@ def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray) -> tup
     """Codes into columns [0, packed) of `out` (uint8 [rows, >= packed]); returns lo and scale."""
     xn = x.detach().to(torch.float32).contiguous().numpy()
     lo, scale = np.empty(xn.shape[0], np.float32), np.empty(xn.shape[0], np.float32)
-    _kernels().encode_into(xn, out, lo, scale, bits, _key(generator))
+    fused.kernels().encode_into(xn, out, lo, scale, bits, _key(generator))
     return lo, scale
 
 
 def _fused_decode(payload: np.ndarray, lo: np.ndarray, scale: np.ndarray, bits: int, out: np.ndarray) -> None:
-    _kernels().decode_into(payload, lo, scale, out, bits)
+    fused.kernels().decode_into(payload, lo, scale, out, bits)
 
 
 def encode(x: torch.Tensor, codec: str, generator: torch.Generator | None = None) -> Encoded:

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnn_dist.graph import LocalGraph
+from gnn_dist.nn.dropout import dropout
 from gnn_dist.nn.message_passing import MessagePassing, segment_softmax
 
 
@@ -94,5 +95,5 @@ class GATConv(MessagePassing):
     def message(self, x_j: torch.Tensor, x_i: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
         alpha = (x_j * self.att_src).sum(-1) + (x_i * self.att_dst).sum(-1)
         alpha = segment_softmax(F.leaky_relu(alpha, self.negative_slope), index, dim_size)
-        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+        alpha = dropout(alpha, self.dropout, self.training)
         return x_j * alpha.unsqueeze(-1)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnn_dist.graph import LocalGraph
+from gnn_dist.nn.dropout import dropout
 from gnn_dist.hetero import relation_operator, relation_view
 from gnn_dist.nn.conv import SAGEConv, _glorot
 from gnn_dist.nn.message_passing import HaloSpMM
@@ -127,7 +128,7 @@ class HeteroGNN(nn.Module):
                 return h
             h = conv(h, graph)
             if i + 1 < len(self.convs):
-                h = F.dropout(F.relu(h), self.dropout, self.training)
+                h = dropout(F.relu(h), self.dropout, self.training)
         return h
 
 

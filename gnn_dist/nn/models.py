@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnn_dist.graph import LocalGraph
+from gnn_dist.nn.dropout import dropout
 from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
 
 MODELS = ("gcn", "sage", "gat", "gin")
@@ -43,7 +44,7 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             if embed and i == len(self.convs) - 1:
                 return x
-            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = dropout(x, self.dropout, self.training)
             x = conv(x, graph)
             if i < len(self.convs) - 1:
                 x = F.relu(x)

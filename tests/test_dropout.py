@@ -1,0 +1,46 @@
+"""Hash dropout: F.dropout's contract (keep rate, scale, gradient), repeatable under a seed."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gnn_dist import fused
+from gnn_dist.nn.dropout import HashDropout, dropout
+
+pytestmark = pytest.mark.skipif(not fused.available(), reason="numba not installed")
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_keep_rate_scale_and_gradient(p):
+    x = torch.randn(300, 77, requires_grad=True)
+    torch.manual_seed(1)
+    out = HashDropout.apply(x, p)
+    kept = out != 0
+    n = kept.numel()
+    z = (kept.sum().item() - n * (1 - p)) / math.sqrt(n * p * (1 - p))
+    assert abs(z) < 4.0, z  # the keep rate is 1 - p
+    assert torch.equal(out[kept], x.detach()[kept] * (1.0 / (1.0 - p)))
+    g = torch.randn_like(out)
+    out.backward(g)
+    assert torch.equal(x.grad, g * kept * (1.0 / (1.0 - p)))
+
+
+def test_masks_repeat_under_a_seed_and_differ_between_calls():
+    x = torch.randn(1000, 16)
+    torch.manual_seed(7)
+    a, b = dropout(x, 0.5, True), dropout(x, 0.5, True)
+    torch.manual_seed(7)
+    assert torch.equal(dropout(x, 0.5, True), a)
+    assert not torch.equal(a != 0, b != 0)
+    assert (a != 0).float().mul((b != 0).float()).mean().item() == pytest.approx(0.25, abs=0.02)  # independent
+
+
+def test_unbiased_and_pass_through_cases():
+    x = torch.randn(64, 8)
+    mean = torch.stack([dropout(x, 0.3, True) for _ in range(3000)]).mean(0)
+    assert float((mean - x).abs().max()) < 0.1
+    assert dropout(x, 0.5, False) is x and dropout(x, 0.0, True) is x
+    d = dropout(x.double(), 0.5, True)  # not float32: torch's own dropout
+    assert d.dtype == torch.float64
