@@ -4,10 +4,12 @@ Each (channel, sender, receiver) group g has a quantisation variance
 var_g(b) = R_g * width / (6 (2^b - 1)^2), R_g = sum over its rows of (max - min)^2
 (stochastic rounding of a uniform fraction has variance step^2 / 6 on average),
 and costs bytes_g(b) on its link. A link model time = alpha * bytes + beta,
-fitted per directed link at start-up, turns bytes into seconds. The budget is
-the time the slowest link needs at uniform int<budget_bits>; every link may
-spend up to that, so no link becomes the new bottleneck, and within it bits
-go where they remove the most variance per byte (greedy upgrades 2 -> 4 -> 8).
+fitted per directed link at start-up, turns bytes into seconds. A sender's
+links share its network interface, so a sender's time is the sum over its
+links. The budget is the time the busiest sender needs at uniform
+int<budget_bits>; every sender may spend up to that, so none becomes the new
+bottleneck, and within it bits go where they remove the most variance per
+second of link time (greedy upgrades 2 -> 4 -> 8).
 Statistics are all-gathered first, so every rank computes the same table.
 """
 from __future__ import annotations
@@ -28,15 +30,17 @@ def variance(r: float, width: int, bits: int) -> float:
 
 def solve_bits(groups: dict, links: dict, budget_bits: int) -> dict:
     """groups: {(channel, src, dst): (R, rows, width)}; links: {(src, dst): (alpha, beta)} -> {group: bits}."""
-    by_link: dict = {}
+    by_link: dict = {}  # by sender: its links share one interface
     for g, (r, rows, width) in groups.items():
         if rows:
-            by_link.setdefault((g[1], g[2]), []).append(g)
+            by_link.setdefault(g[1], []).append(g)
 
-    def link_time(link, bits_of) -> float:
-        alpha, beta = links.get(link, (1.0, 0.0))
-        gs = by_link[link]
-        return alpha * sum(codec.wire_bytes(groups[g][1], groups[g][2], f"int{bits_of(g)}") for g in gs) + beta * len(gs)
+    def link_time(sender, bits_of) -> float:
+        total = 0.0
+        for g in by_link[sender]:
+            alpha, beta = links.get((g[1], g[2]), (1.0, 0.0))
+            total += alpha * codec.wire_bytes(groups[g][1], groups[g][2], f"int{bits_of(g)}") + beta
+        return total
 
     if not by_link:
         return {}
@@ -55,7 +59,7 @@ def solve_bits(groups: dict, links: dict, budget_bits: int) -> dict:
                 r, rows, width = groups[g]
                 d_var = variance(r, width, b) - variance(r, width, nb)
                 d_bytes = codec.wire_bytes(rows, width, f"int{nb}") - codec.wire_bytes(rows, width, f"int{b}")
-                gain = d_var / max(d_bytes, 1)
+                gain = d_var / (max(d_bytes, 1) * links.get((g[1], g[2]), (1.0, 0.0))[0])  # per second of link
                 trial = {**cur, g: nb}
                 if gain > best_gain and link_time(link, trial.__getitem__) <= budget * (1 + 1e-9):
                     best, best_gain = g, gain

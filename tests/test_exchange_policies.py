@@ -92,8 +92,16 @@ def test_solver_spends_bits_where_variance_is():
     assert total < sum(variance(r, w, 4) for (r, _, w) in groups.values())
 
 
-def test_slow_link_gets_fewer_bits():
-    groups = {("fwd.L0", 0, 1): (10.0, 100, 64), ("fwd.L0", 0, 2): (10.0, 100, 64)}
-    links = {(0, 1): (1e-8, 0.0), (0, 2): (4e-8, 0.0)}
+def test_slow_sender_gets_fewer_bits():
+    groups = {("fwd.L0", 0, 1): (10.0, 100, 64), ("fwd.L0", 2, 1): (10.0, 100, 64)}
+    links = {(0, 1): (4e-8, 0.0), (2, 1): (1e-8, 0.0)}
     bits = solve_bits(groups, links, budget_bits=4)
-    assert bits[("fwd.L0", 0, 1)] > bits[("fwd.L0", 0, 2)]
+    assert bits[("fwd.L0", 2, 1)] > bits[("fwd.L0", 0, 1)] == 4
+
+
+def test_a_senders_links_share_its_budget():
+    """Sender 0 feeds two peers through one interface; sender 1 one peer: only sender 1 can afford more bits."""
+    groups = {("fwd.L0", 0, 1): (10.0, 100, 64), ("fwd.L0", 0, 2): (10.0, 100, 64), ("fwd.L0", 1, 0): (10.0, 100, 64)}
+    links = {(0, 1): (1e-8, 0.0), (0, 2): (1e-8, 0.0), (1, 0): (1e-8, 0.0)}
+    bits = solve_bits(groups, links, budget_bits=4)
+    assert bits[("fwd.L0", 0, 1)] == bits[("fwd.L0", 0, 2)] == 4 and bits[("fwd.L0", 1, 0)] == 8
