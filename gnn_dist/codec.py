@@ -172,11 +172,13 @@ def _key(generator: torch.Generator | None) -> int:
     return int(torch.randint(0, 2**62, (1,), generator=generator))
 
 
-def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes into columns [0, packed) of `out` (uint8 [rows, >= packed]); returns lo and scale."""
+def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray,
+                  index: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of x[index] (all rows without one) into columns [0, packed) of `out`; returns lo and scale."""
     xn = x.detach().to(torch.float32).contiguous().numpy()
-    lo, scale = np.empty(xn.shape[0], np.float32), np.empty(xn.shape[0], np.float32)
-    fused.kernels().encode_into(xn, out, lo, scale, bits, _key(generator))
+    rows = np.arange(xn.shape[0]) if index is None else index.numpy()
+    lo, scale = np.empty(rows.shape[0], np.float32), np.empty(rows.shape[0], np.float32)
+    fused.kernels().encode_into(xn, rows, out, lo, scale, bits, _key(generator))
     return lo, scale
 
 
@@ -210,13 +212,17 @@ def decode(e: Encoded, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 
 def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None = None,
-                out: torch.Tensor | None = None):
-    """Wire records, uint8 [rows, bytes per row] ([payload | lo | scale] for intB), and the row scales (intB).
+                out: torch.Tensor | None = None, index: torch.Tensor | None = None):
+    """Wire records of x (or of x[index]), uint8 [rows, bytes per row] ([payload | lo | scale] for intB),
+    and the row scales (intB).
 
     What the exchange sends, so a row-split all_to_all carries any codec;
     `out` (uint8, wire_bytes long) is filled in place, e.g. a slice of the send buffer.
     """
-    rows = x.shape[0]
+    fusable = index is None or (index.device.type == "cpu" and _fused(x))
+    if index is not None and not (fusable and codec in CODECS and codec not in FLOAT_CODECS):
+        x, index = x[index], None  # gather first: float codecs and the torch path read a dense block
+    rows = x.shape[0] if index is None else index.shape[0]
     if out is None:
         out = torch.empty(wire_bytes(rows, x.shape[1], codec), dtype=torch.uint8, device=x.device)
     out = out.view(rows, -1) if rows else out.view(0, 0)
@@ -226,7 +232,7 @@ def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None =
     bits = int(codec[3:]) if codec in CODECS else None
     if bits is not None and _fused(x) and _fused(out):
         o = out.numpy()
-        lo, scale = _fused_encode(x, bits, generator, o)
+        lo, scale = _fused_encode(x, bits, generator, o, index)
         pw = o.shape[1] - 8
         o[:, pw: pw + 4] = lo.view(np.uint8).reshape(-1, 4)
         o[:, pw + 4:] = scale.view(np.uint8).reshape(-1, 4)

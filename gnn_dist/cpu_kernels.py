@@ -49,25 +49,29 @@ def _uniform(key, idx):
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False)
-def encode_into(x, out, lo_out, scale_out, bits, key):
-    """x float32 [n, w] -> out[:, :packed] codes (planar packing), lo_out / scale_out float32 [n]."""
-    n, w = x.shape
+def encode_into(x, rows, out, lo_out, scale_out, bits, key):
+    """Rows x[rows] of float32 x -> out[:, :packed] codes (planar packing), lo_out / scale_out float32 [n].
+
+    Reading through `rows` saves the exchange from gathering its send rows first.
+    """
+    n, w = rows.shape[0], x.shape[1]
     per = 8 // bits
     pw = (w + per - 1) // per
     top = np.float32((1 << bits) - 1)
     key = np.uint64(key)
     codes = np.zeros(pw * per, np.uint8)
     for i in range(n):
-        lo = x[i, 0]
-        hi = x[i, 0]
+        r = rows[i]
+        lo = x[r, 0]
+        hi = x[r, 0]
         for j in range(1, w):
-            lo = min(lo, x[i, j])
-            hi = max(hi, x[i, j])
+            lo = min(lo, x[r, j])
+            hi = max(hi, x[r, j])
         scale = np.float32((hi - lo) / top)
         inv = np.float32(0.0) if scale == 0 else np.float32(1.0) / scale
         base = np.uint64(i) * np.uint64(w)
         for j in range(w):  # values >= 0, so the truncating cast is the floor
-            q = (x[i, j] - lo) * inv + _uniform(key, base + np.uint64(j))
+            q = (x[r, j] - lo) * inv + _uniform(key, base + np.uint64(j))
             codes[j] = np.uint8(min(q, top))
         if bits == 8:
             for j in range(w):

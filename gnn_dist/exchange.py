@@ -186,51 +186,59 @@ class HaloExchange:
 
     # ------------------------------------------------------------- the wire
     def _a2a(self, rows: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int],
-             channel: str | None, direction: str) -> Pending:
-        """On CUDA, run the exchange on the side stream once `rows` are ready there."""
+             channel: str | None, direction: str, index: torch.Tensor | None = None) -> Pending:
+        """Send rows[index] (all of `rows` without one); on CUDA on the side stream once `rows` are ready there."""
         if self._side is None:
-            return self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction)
+            return self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction, index)
         self._side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._side):
-            pending = self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction)
+            pending = self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction, index)
         rows.record_stream(self._side)  # made on the caller's stream, read on the side stream
         pending.stream = self._side
         return pending
 
     def _a2a_here(self, rows: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int],
-                  channel: str | None, direction: str) -> Pending:
-        """Encode per peer, one all_to_all, decode per peer on wait (on the current stream)."""
+                  channel: str | None, direction: str, index: torch.Tensor | None = None) -> Pending:
+        """Encode per peer, one all_to_all, decode per peer on wait (on the current stream).
+
+        intB codecs read send rows through `index` (no gathered copy); fp32 gathers them once.
+        """
         tail = tuple(rows.shape[1:])
-        flat = rows.flatten(1).contiguous()
-        width, dtype = flat.shape[1], flat.dtype
+        source = rows.flatten(1)
+        width, dtype = source.shape[1], source.dtype
         stats = self.stats[channel or f"{direction}.eval"]
         send_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, self.rank, p))
                       for p in range(self.num_peers)]
         recv_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, p, self.rank))
                       for p in range(self.num_peers)]
         if all(n == "fp32" for n in send_names + recv_names):
+            flat = (source[index] if index is not None else source).contiguous()
             out = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
             work = dist.all_to_all_single(out, flat, out_splits, in_splits, group=self.group, async_op=True)
             stats.add([r * width * flat.element_size() for r in in_splits], in_splits)
             return Pending(work, lambda: out.view(out_rows, *tail), stats)
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
-        send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=flat.device)
-        for p, (block, buf) in enumerate(zip(torch.split(flat, in_splits), torch.split(send_buf, nbytes))):
-            if block.shape[0] == 0:
+        send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=source.device)
+        if index is None:
+            blocks = [(b, None) for b in torch.split(source.contiguous(), in_splits)]
+        else:
+            blocks = [(source, idx) for idx in torch.split(index, in_splits)]
+        for p, ((block, idx), buf, count) in enumerate(zip(blocks, torch.split(send_buf, nbytes), in_splits)):
+            if count == 0:
                 continue
-            _, scale = codec.encode_rows(block, send_names[p], out=buf)  # straight into the send buffer
+            _, scale = codec.encode_rows(block, send_names[p], out=buf, index=idx)  # straight into the send buffer
             if scale is not None:
                 stats.qvar = stats.qvar + (scale.double() ** 2).sum() * (width / 6.0)
-                stats.elements += block.numel()
+                stats.elements += count * width
                 if self.policy is not None:
                     self.policy.observe(channel, p, width, scale, int(send_names[p][3:]))
         recv_bytes = [codec.wire_bytes(r, width, n) for r, n in zip(out_splits, recv_names)]
-        out = torch.empty(sum(recv_bytes), dtype=torch.uint8, device=flat.device)
+        out = torch.empty(sum(recv_bytes), dtype=torch.uint8, device=source.device)
         work = dist.all_to_all_single(out, send_buf, recv_bytes, nbytes, group=self.group, async_op=True)
         stats.add(nbytes, in_splits)
 
         def finish() -> torch.Tensor:
-            res = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
+            res = torch.empty(out_rows, width, dtype=dtype, device=source.device)
             for p, (chunk, rows) in enumerate(zip(torch.split(out, recv_bytes), torch.split(res, out_splits))):
                 if rows.shape[0]:
                     codec.decode_rows(chunk, recv_names[p], width, dtype, out=rows)  # straight into place
@@ -241,16 +249,16 @@ class HaloExchange:
     # ----------------------------------------------------------- directions
     def start(self, x: torch.Tensor):
         """Begin sending the rows peers need (x: this rank's inner rows); returns something to wait on."""
-        rows = x.detach()[self.send_idx]
+        x = x.detach()
         if self.exact:
-            return self._a2a(rows, self.num_halo, self.recv_counts, self.send_counts, None, "fwd")
+            return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)
         if self._bwd:
             self.begin_epoch()
         channel = f"fwd.L{self._fwd}"
         self._fwd += 1
         if self.config.skip_threshold:
-            return self._start_skipping(rows, channel)
-        pending = self._a2a(rows, self.num_halo, self.recv_counts, self.send_counts, channel, "fwd")
+            return self._start_skipping(x[self.send_idx], channel)
+        pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, channel, "fwd", self.send_idx)
         return self._through_cache(channel, pending)
 
     def start_backward(self, halo_grad: torch.Tensor):
