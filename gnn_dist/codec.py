@@ -182,10 +182,6 @@ def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray,
     return lo, scale
 
 
-def _fused_decode(payload: np.ndarray, lo: np.ndarray, scale: np.ndarray, bits: int, out: np.ndarray) -> None:
-    fused.kernels().decode_into(payload, lo, scale, out, bits)
-
-
 def encode(x: torch.Tensor, codec: str, generator: torch.Generator | None = None) -> Encoded:
     if codec in FLOAT_CODECS:
         return Encoded(x.to(FLOAT_CODECS[codec]), None, None, x.shape[1], torch.finfo(FLOAT_CODECS[codec]).bits)
@@ -205,7 +201,8 @@ def decode(e: Encoded, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return e.payload.to(dtype)
     if _fused(e.payload):
         out = np.empty((e.payload.shape[0], e.width), np.float32)
-        _fused_decode(e.payload.numpy(), e.lo.contiguous().numpy(), e.scale.contiguous().numpy(), e.bits, out)
+        fused.kernels().decode_into(e.payload.numpy(), e.lo.contiguous().numpy(), e.scale.contiguous().numpy(), out,
+                                    e.bits)
         return torch.from_numpy(out).to(dtype)
     q = unpack(e.payload, e.bits, e.width).to(torch.float32)
     return q.mul_(e.scale.unsqueeze(1)).add_(e.lo.unsqueeze(1)).to(dtype)
@@ -219,8 +216,8 @@ def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None =
     What the exchange sends, so a row-split all_to_all carries any codec;
     `out` (uint8, wire_bytes long) is filled in place, e.g. a slice of the send buffer.
     """
-    fusable = index is None or (index.device.type == "cpu" and _fused(x))
-    if index is not None and not (fusable and codec in CODECS and codec not in FLOAT_CODECS):
+    fused_int = codec in CODECS and codec not in FLOAT_CODECS and _fused(x)
+    if index is not None and not fused_int:
         x, index = x[index], None  # gather first: float codecs and the torch path read a dense block
     rows = x.shape[0] if index is None else index.shape[0]
     if out is None:
@@ -229,10 +226,9 @@ def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None =
     if codec in FLOAT_CODECS:
         out.copy_(x.to(FLOAT_CODECS[codec]).contiguous().view(torch.uint8).view(rows, -1))
         return out, None
-    bits = int(codec[3:]) if codec in CODECS else None
-    if bits is not None and _fused(x) and _fused(out):
+    if fused_int:
         o = out.numpy()
-        lo, scale = _fused_encode(x, bits, generator, o, index)
+        lo, scale = _fused_encode(x, int(codec[3:]), generator, o, index)
         pw = o.shape[1] - 8
         o[:, pw: pw + 4] = lo.view(np.uint8).reshape(-1, 4)
         o[:, pw + 4:] = scale.view(np.uint8).reshape(-1, 4)
@@ -258,7 +254,7 @@ def decode_rows(records: torch.Tensor, codec: str, width: int, dtype: torch.dtyp
         pw = packed_width(width, bits)
         lo = np.ascontiguousarray(r[:, pw: pw + 4]).view(np.float32).reshape(-1)
         scale = np.ascontiguousarray(r[:, pw + 4: pw + 8]).view(np.float32).reshape(-1)
-        _fused_decode(r, lo, scale, bits, out.numpy())
+        fused.kernels().decode_into(r, lo, scale, out.numpy(), bits)
         return out
     out.copy_(decode(from_rows(records, codec, width), dtype))
     return out
