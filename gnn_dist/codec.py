@@ -172,13 +172,39 @@ def _key(generator: torch.Generator | None) -> int:
     return int(torch.randint(0, 2**62, (1,), generator=generator))
 
 
-def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray,
-                  index: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of x[index] (all rows without one) into columns [0, packed) of `out`; returns lo and scale."""
-    xn = x.detach().to(torch.float32).contiguous().numpy()
+RANGES_IN_KERNEL_BELOW = 32  # row width under which the fused kernel takes row ranges itself
+
+
+def row_ranges(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row min and max of a float32 CPU tensor for the fused encoder.
+
+    torch's vectorised min / max is five times numba's loop on wide rows; on
+    narrow ones its per-row overhead dominates, so those get empty arrays and
+    the kernel takes the ranges as it goes.
+    """
+    if x.shape[1] < RANGES_IN_KERNEL_BELOW:
+        empty = np.empty(0, np.float32)
+        return empty, empty
+    return x.amin(dim=1).numpy(), x.amax(dim=1).numpy()
+
+
+def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray, index: torch.Tensor | None = None,
+                  ranges: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of x[index] (all rows without one) into columns [0, packed) of `out`; returns lo and scale.
+
+    `ranges` (row_ranges of x) may come from the caller when it encodes several
+    index blocks of one x; without them, an index that picks few of x's rows
+    gathers them first rather than taking ranges over all of x.
+    """
+    x = x.detach().to(torch.float32)
+    if ranges is None and index is not None and 2 * index.shape[0] < x.shape[0]:
+        x, index = x[index], None
+    x = x.contiguous()
+    row_lo, row_hi = ranges if ranges is not None else row_ranges(x)
+    xn = x.numpy()
     rows = np.arange(xn.shape[0]) if index is None else index.numpy()
     lo, scale = np.empty(rows.shape[0], np.float32), np.empty(rows.shape[0], np.float32)
-    fused.kernels().encode_into(xn, rows, out, lo, scale, bits, _key(generator))
+    fused.kernels().encode_into(xn, rows, row_lo, row_hi, out, lo, scale, bits, _key(generator))
     return lo, scale
 
 
@@ -209,7 +235,8 @@ def decode(e: Encoded, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 
 def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None = None,
-                out: torch.Tensor | None = None, index: torch.Tensor | None = None):
+                out: torch.Tensor | None = None, index: torch.Tensor | None = None,
+                ranges: tuple[np.ndarray, np.ndarray] | None = None):
     """Wire records of x (or of x[index]), uint8 [rows, bytes per row] ([payload | lo | scale] for intB),
     and the row scales (intB).
 
@@ -228,7 +255,7 @@ def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None =
         return out, None
     if fused_int:
         o = out.numpy()
-        lo, scale = _fused_encode(x, int(codec[3:]), generator, o, index)
+        lo, scale = _fused_encode(x, int(codec[3:]), generator, o, index, ranges)
         pw = o.shape[1] - 8
         o[:, pw: pw + 4] = lo.view(np.uint8).reshape(-1, 4)
         o[:, pw + 4:] = scale.view(np.uint8).reshape(-1, 4)
@@ -236,6 +263,40 @@ def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None =
     e = encode(x, codec, generator)
     out.copy_(to_rows(e))
     return out, e.scale
+
+
+def encode_split(x: torch.Tensor, index: torch.Tensor | None, splits: list[int], codecs: list[str],
+                 out: torch.Tensor, generator: torch.Generator | None = None) -> list[torch.Tensor | None]:
+    """x[index] (all of x without one) cut into consecutive blocks of `splits` rows, block p encoded with
+    `codecs[p]` into its slice of `out` (wire_bytes each, in order); returns each block's row scales (intB).
+
+    One call per exchange: the fused kernels' row ranges are taken once for all blocks.
+    """
+    x = x.flatten(1)
+    nbytes = [wire_bytes(r, x.shape[1], c) for r, c in zip(splits, codecs)]
+    ranges = None
+    if index is not None and any(c not in FLOAT_CODECS for c in codecs) and _fused(x):
+        x = x.detach().to(torch.float32).contiguous()
+        ranges = row_ranges(x)
+    if index is None:
+        blocks = [(b, None) for b in torch.split(x.contiguous(), splits)]
+    else:
+        blocks = [(x, idx) for idx in torch.split(index, splits)]
+    scales = []
+    for (block, idx), buf, count, name in zip(blocks, torch.split(out, nbytes), splits, codecs):
+        scale = None
+        if count:
+            _, scale = encode_rows(block, name, generator, out=buf, index=idx, ranges=ranges)
+        scales.append(scale)
+    return scales
+
+
+def _split_records(records: np.ndarray, width: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """lo and scale columns of intB wire records, as float32 vectors."""
+    pw = packed_width(width, bits)
+    lo = np.ascontiguousarray(records[:, pw: pw + 4]).view(np.float32).reshape(-1)
+    scale = np.ascontiguousarray(records[:, pw + 4: pw + 8]).view(np.float32).reshape(-1)
+    return lo, scale
 
 
 def decode_rows(records: torch.Tensor, codec: str, width: int, dtype: torch.dtype = torch.float32,
@@ -251,13 +312,25 @@ def decode_rows(records: torch.Tensor, codec: str, width: int, dtype: torch.dtyp
     bits = int(codec[3:])
     if _fused(records) and out.dtype == torch.float32 and out.is_contiguous():
         r = records.numpy()
-        pw = packed_width(width, bits)
-        lo = np.ascontiguousarray(r[:, pw: pw + 4]).view(np.float32).reshape(-1)
-        scale = np.ascontiguousarray(r[:, pw + 4: pw + 8]).view(np.float32).reshape(-1)
-        fused.kernels().decode_into(r, lo, scale, out.numpy(), bits)
+        fused.kernels().decode_into(r, *_split_records(r, width, bits), out.numpy(), bits)
         return out
     out.copy_(decode(from_rows(records, codec, width), dtype))
     return out
+
+
+def decode_rows_add(records: torch.Tensor, codec: str, width: int, target: torch.Tensor,
+                    index: torch.Tensor) -> torch.Tensor:
+    """target[index] += decode_rows(records): received gradients summed in without a decoded copy (fused)."""
+    rows = index.shape[0]
+    if rows == 0:
+        return target
+    records = records.view(rows, -1)
+    if codec not in FLOAT_CODECS and _fused(records) and target.dtype == torch.float32 and target.is_contiguous():
+        r, bits = records.numpy(), int(codec[3:])
+        fused.kernels().decode_add_into(r, *_split_records(r, width, bits), target.view(target.shape[0], -1).numpy(),
+                                        index.numpy(), bits)
+        return target
+    return target.index_add_(0, index, decode_rows(records, codec, width, target.dtype).view(rows, *target.shape[1:]))
 
 
 def rounding_variance(x: torch.Tensor, bits: int) -> torch.Tensor:

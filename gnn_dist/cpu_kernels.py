@@ -3,9 +3,9 @@
 Codecs: one read of the input per encode, one write per decode.
 
 The torch expression of stochastic rounding makes about seven passes over
-memory (min, max, scale, dither, clamp, cast, pack) and draws its uniforms
-from a pool; here each row is read twice (range, then codes) and each
-element's uniform is a counter-based hash of (key, element index), so a
+memory (min, max, scale, dither, clamp, cast, pack); here the row ranges come
+from torch's vectorised min / max, then one pass per row writes the packed
+codes. Dither values are counter-based hashes of (key, position), so a
 block's dither depends only on its key. The byte layout is the one
 `gnn_dist.codec.pack` writes, so either side of a link may use either
 implementation.
@@ -48,41 +48,74 @@ def _uniform(key, idx):
     return np.float32(_hash32(key, idx) >> np.uint64(8)) * np.float32(1.0 / 16777216.0)
 
 
+DITHER_TABLE = 1 << 16  # dither values drawn per block; larger blocks read it at random row offsets
+
+
 @nb.njit(cache=True, nogil=True, boundscheck=False)
-def encode_into(x, rows, out, lo_out, scale_out, bits, key):
+def _dither_table(key, n, w):
+    """Uniforms for a block of n rows of width w, and each row's start in them.
+
+    Hashing every element costs three times the rest of encoding, so a block
+    hashes at most DITHER_TABLE + w values. Blocks that fit use one value per
+    element (as independent as hashing each); larger ones read row i at a
+    random offset, so each element's dither is still U[0, 1) (the rounding
+    stays unbiased, the variance unchanged) and two rows share a value at
+    the same column with probability 1 / DITHER_TABLE.
+    """
+    fits = n * w <= DITHER_TABLE
+    size = n * w if fits else DITHER_TABLE + w
+    table = np.empty(size, np.float32)
+    for t in range(size):
+        table[t] = _uniform(key, np.uint64(t))
+    start = np.empty(n, np.int64)
+    salt = key ^ np.uint64(0x5BD1E995)
+    for i in range(n):
+        start[i] = i * w if fits else np.int64(_hash32(salt, np.uint64(i)) & np.uint64(DITHER_TABLE - 1))
+    return table, start
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False, fastmath=True)
+def encode_into(x, rows, row_lo, row_hi, out, lo_out, scale_out, bits, key):
     """Rows x[rows] of float32 x -> out[:, :packed] codes (planar packing), lo_out / scale_out float32 [n].
 
-    Reading through `rows` saves the exchange from gathering its send rows first.
+    Reading through `rows` saves the exchange from gathering its send rows
+    first. The row ranges `row_lo` / `row_hi` (per row of x) come from the
+    caller, as torch's vectorised min / max over wide rows is five times
+    numba's loop here; empty ones mean "take them here" (narrow rows, where
+    torch's per-row overhead dominates).
     """
     n, w = rows.shape[0], x.shape[1]
     per = 8 // bits
     pw = (w + per - 1) // per
     top = np.float32((1 << bits) - 1)
-    key = np.uint64(key)
+    table, start = _dither_table(np.uint64(key), n, w)
+    given = row_lo.shape[0] > 0
     codes = np.zeros(pw * per, np.uint8)
     for i in range(n):
         r = rows[i]
-        lo = x[r, 0]
-        hi = x[r, 0]
-        for j in range(1, w):
-            lo = min(lo, x[r, j])
-            hi = max(hi, x[r, j])
+        row = x[r]
+        if given:
+            lo, hi = row_lo[r], row_hi[r]
+        else:
+            lo, hi = row[0], row[0]
+            for j in range(1, w):
+                lo, hi = min(lo, row[j]), max(hi, row[j])
         scale = np.float32((hi - lo) / top)
         inv = np.float32(0.0) if scale == 0 else np.float32(1.0) / scale
-        base = np.uint64(i) * np.uint64(w)
+        u = table[start[i]: start[i] + w]
         for j in range(w):  # values >= 0, so the truncating cast is the floor
-            q = (x[r, j] - lo) * inv + _uniform(key, base + np.uint64(j))
-            codes[j] = np.uint8(min(q, top))
+            codes[j] = np.uint8(np.int32(min((row[j] - lo) * inv + u[j], top)))
+        o = out[i]
         if bits == 8:
             for j in range(w):
-                out[i, j] = codes[j]
+                o[j] = codes[j]
         elif bits == 4:
             for k in range(pw):
-                out[i, k] = codes[k] | (codes[k + pw] << np.uint8(4))
+                o[k] = codes[k] | (codes[k + pw] << np.uint8(4))
         else:
             for k in range(pw):
-                out[i, k] = (codes[k] | (codes[k + pw] << np.uint8(2)) | (codes[k + 2 * pw] << np.uint8(4))
-                             | (codes[k + 3 * pw] << np.uint8(6)))
+                o[k] = (codes[k] | (codes[k + pw] << np.uint8(2)) | (codes[k + 2 * pw] << np.uint8(4))
+                        | (codes[k + 3 * pw] << np.uint8(6)))
         lo_out[i] = lo
         scale_out[i] = scale
 
@@ -119,3 +152,30 @@ def dropout_into(x, out, mask, drop_below, scale, key):
         keep = _hash32(key, np.uint64(i)) >= threshold
         mask[i] = np.uint8(keep)
         out[i] = x[i] * scale if keep else np.float32(0.0)
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False)
+def decode_add_into(payload, lo, scale, out, rows, bits):
+    """out[rows[i]] += decode(payload[i]): the backward exchange sums received gradients in place.
+
+    Same arithmetic and order as decode_into then index_add_, without the
+    decoded block in between.
+    """
+    n, w = payload.shape[0], out.shape[1]
+    per = 8 // bits
+    pw = (w + per - 1) // per
+    mask = np.uint8((1 << bits) - 1)
+    codes = np.zeros(pw * per, np.float32)
+    for i in range(n):
+        if bits == 8:
+            for j in range(w):
+                codes[j] = np.float32(payload[i, j])
+        else:
+            for t in range(per):
+                shift = np.uint8(t * bits)
+                for k in range(pw):
+                    codes[t * pw + k] = np.float32((payload[i, k] >> shift) & mask)
+        s, b = scale[i], lo[i]
+        o = out[rows[i]]
+        for j in range(w):
+            o[j] += codes[j] * s + b

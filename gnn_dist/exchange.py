@@ -85,31 +85,42 @@ class Pending:
 
     With a CUDA `stream`, waiting and decoding are queued on that stream and the
     caller's stream then waits for it; the host does not block (`wait_s` then
-    counts host time only, near zero).
+    counts host time only, near zero). `add_into` sums the received rows into
+    a target instead, decoding straight into it where the codec allows.
     """
 
-    def __init__(self, work, finish, stats: ChannelStats, stream=None):
+    def __init__(self, work, finish, stats: ChannelStats, stream=None, accumulate=None):
         self.work, self.finish, self.stats, self.result, self.stream = work, finish, stats, None, stream
+        self.accumulate = accumulate
 
     def wait(self) -> torch.Tensor:
         if self.result is None:
             if self.stream is None:
-                self.result = self._finish()
+                self._transfer()
+                self.result = self.finish()
             else:
                 caller = torch.cuda.current_stream(self.stream.device)
                 with torch.cuda.stream(self.stream):
-                    result = self._finish()
+                    self._transfer()
+                    result = self.finish()
                 caller.wait_stream(self.stream)
                 result.record_stream(caller)  # allocated on the side stream, used on the caller's
                 self.result = result
         return self.result
 
-    def _finish(self) -> torch.Tensor:
+    def add_into(self, target: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """target[index] += received rows (rows repeat across peers only, so the sum is in peer order)."""
+        if self.result is None and self.stream is None and self.accumulate is not None:
+            self._transfer()
+            return self.accumulate(target, index)
+        return target.index_add_(0, index, self.wait().to(target.dtype))
+
+    def _transfer(self) -> None:
         if self.work is not None:
             t = time.perf_counter()
             self.work.wait()
+            self.work = None
             self.stats.wait_s += time.perf_counter() - t
-        return self.finish()
 
 
 class Ready:
@@ -120,6 +131,9 @@ class Ready:
 
     def wait(self) -> torch.Tensor:
         return self.result
+
+    def add_into(self, target: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return target.index_add_(0, index, self.result.to(target.dtype))
 
 
 class HaloExchange:
@@ -219,14 +233,8 @@ class HaloExchange:
             return Pending(work, lambda: out.view(out_rows, *tail), stats)
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
         send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=source.device)
-        if index is None:
-            blocks = [(b, None) for b in torch.split(source.contiguous(), in_splits)]
-        else:
-            blocks = [(source, idx) for idx in torch.split(index, in_splits)]
-        for p, ((block, idx), buf, count) in enumerate(zip(blocks, torch.split(send_buf, nbytes), in_splits)):
-            if count == 0:
-                continue
-            _, scale = codec.encode_rows(block, send_names[p], out=buf, index=idx)  # straight into the send buffer
+        scales = codec.encode_split(source, index, in_splits, send_names, send_buf)  # straight into the buffer
+        for p, (scale, count) in enumerate(zip(scales, in_splits)):
             if scale is not None:
                 stats.qvar = stats.qvar + (scale.double() ** 2).sum() * (width / 6.0)
                 stats.elements += count * width
@@ -244,7 +252,12 @@ class HaloExchange:
                     codec.decode_rows(chunk, recv_names[p], width, dtype, out=rows)  # straight into place
             return res.view(out_rows, *tail)
 
-        return Pending(work, finish, stats)
+        def accumulate(target: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+            for p, (chunk, idx) in enumerate(zip(torch.split(out, recv_bytes), torch.split(index, out_splits))):
+                codec.decode_rows_add(chunk, recv_names[p], width, target, idx)
+            return target
+
+        return Pending(work, finish, stats, accumulate=accumulate)
 
     # ----------------------------------------------------------- directions
     def start(self, x: torch.Tensor):
@@ -271,9 +284,14 @@ class HaloExchange:
         pending = self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, channel, "bwd")
         return self._through_cache(channel, pending)
 
-    def scatter_back(self, grad_inner: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
-        """Sum gradients that peers computed for our rows into our inner-row gradient."""
-        return grad_inner.index_add_(0, self.send_idx, received.to(grad_inner.dtype))
+    def scatter_back(self, grad_inner: torch.Tensor, received) -> torch.Tensor:
+        """Sum gradients that peers computed for our rows into our inner-row gradient.
+
+        `received`: the decoded rows, or what start_backward returned (decoded straight into the sum).
+        """
+        if isinstance(received, torch.Tensor):
+            return grad_inner.index_add_(0, self.send_idx, received.to(grad_inner.dtype))
+        return received.add_into(grad_inner, self.send_idx)
 
     # ---------------------------------------------------------------- caches
     def _through_cache(self, channel: str, pending: Pending):
@@ -335,6 +353,6 @@ class HaloWait(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_halo: torch.Tensor):
         ex = ctx.exchange
-        received = ex.start_backward(grad_halo).wait()
+        pending = ex.start_backward(grad_halo)
         grad = torch.zeros(ctx.num_inner, *grad_halo.shape[1:], dtype=grad_halo.dtype, device=grad_halo.device)
-        return ex.scatter_back(grad, received), None, None
+        return ex.scatter_back(grad, pending), None, None

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
+from gnn_dist.malloc import keep_freed_memory
 
 
 @dataclass
@@ -156,6 +157,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
         raise LaunchError(f"launched with {size} ranks but the partition has {expected_world} parts "
                           f"(run mpiexec -n {expected_world})")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_size, 1)))
+    keep_freed_memory()
     use_cuda = torch.cuda.is_available() and backend in (None, "nccl")
     if backend == "nccl" and not use_cuda:
         raise LaunchError("--backend nccl needs CUDA, and this torch sees no GPU (use gloo)")

@@ -100,3 +100,15 @@ def test_encoding_through_an_index_equals_encoding_the_gathered_rows(bits, backe
     a, _ = codec.encode_rows(x, f"int{bits}", torch.Generator().manual_seed(3), index=idx)
     b, _ = codec.encode_rows(x[idx], f"int{bits}", torch.Generator().manual_seed(3))
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bits", codec.INT_BITS)
+def test_decoding_into_a_sum_equals_decoding_then_index_add(bits, backend):
+    """Backward sums received gradients straight into the inner-row gradient: same floats as decode + index_add_."""
+    x = torch.randn(6, 10, generator=torch.Generator().manual_seed(bits))
+    rows, _ = codec.encode_rows(x, f"int{bits}", torch.Generator().manual_seed(1))
+    idx = torch.tensor([3, 0, 7, 3, 1, 6])  # a row may repeat (sent by two peers)
+    base = torch.randn(8, 10)
+    want = base.clone().index_add_(0, idx, codec.decode_rows(rows, f"int{bits}", 10))
+    got = codec.decode_rows_add(rows, f"int{bits}", 10, base.clone(), idx)
+    assert torch.equal(got, want)
