@@ -4,16 +4,17 @@ Each (channel, sender, receiver) group g has a quantisation variance
 var_g(b) = R_g * width / (6 (2^b - 1)^2), R_g = sum over its rows of (max - min)^2
 (stochastic rounding of a uniform fraction has variance step^2 / 6 on average),
 and costs bytes_g(b) on its link. A link model time = alpha * bytes + beta,
-fitted per directed link at start-up, turns bytes into seconds. A sender's
-links share its network interface, so a sender's time is the sum over its
-links. The budget is the time the busiest sender needs at uniform
-int<budget_bits>; every sender may spend up to that, so none becomes the new
+fitted per directed link at start-up, turns bytes into seconds. Links share
+interfaces: a sender's egress and a receiver's ingress each carry the sum of
+their links. The budget is the busiest interface's time at uniform
+int<budget_bits>; no interface may exceed it, so none becomes the new
 bottleneck, and within it bits go where they remove the most variance per
 second of link time (greedy upgrades 2 -> 4 -> 8).
 Statistics are all-gathered first, so every rank computes the same table.
 """
 from __future__ import annotations
 
+import heapq
 import time
 
 import torch
@@ -29,44 +30,65 @@ def variance(r: float, width: int, bits: int) -> float:
 
 
 def solve_bits(groups: dict, links: dict, budget_bits: int) -> dict:
-    """groups: {(channel, src, dst): (R, rows, width)}; links: {(src, dst): (alpha, beta)} -> {group: bits}."""
-    by_link: dict = {}  # by sender: its links share one interface
-    for g, (r, rows, width) in groups.items():
-        if rows:
-            by_link.setdefault(g[1], []).append(g)
+    """groups: {(channel, src, dst): (R, rows, width)}; links: {(src, dst): (alpha, beta)} -> {group: bits}.
 
-    def link_time(sender, bits_of) -> float:
-        total = 0.0
-        for g in by_link[sender]:
-            alpha, beta = links.get((g[1], g[2]), (1.0, 0.0))
-            total += alpha * codec.wire_bytes(groups[g][1], groups[g][2], f"int{bits_of(g)}") + beta
-        return total
-
-    if not by_link:
+    Every interface carries the sum of its links: a sender's egress at each
+    link's own speed, a receiver's ingress at the speed of its fastest link
+    in (what its own interface can take). The budget is the busiest
+    interface at uniform int<budget_bits>. From int2 everywhere, upgrades are
+    taken greedily by variance removed per second of link time while both
+    ends stay within the budget; a group's next upgrade removes less per
+    second than its last, so one heap pass finds the greedy order, and an
+    upgrade that does not fit never fits later (loads only grow).
+    """
+    live = {g: v for g, v in groups.items() if v[1]}
+    if not live:
         return {}
-    budget = max(link_time(link, lambda g: budget_bits) for link in by_link)
-    bits = {}
-    for link in sorted(by_link):
-        gs = sorted(by_link[link])
-        cur = {g: codec.INT_BITS[-1] for g in gs}
-        while True:
-            best, best_gain = None, 0.0
-            for g in gs:
-                b = cur[g]
-                if b == codec.INT_BITS[0]:
-                    continue
-                nb = b * 2
-                r, rows, width = groups[g]
-                d_var = variance(r, width, b) - variance(r, width, nb)
-                d_bytes = codec.wire_bytes(rows, width, f"int{nb}") - codec.wire_bytes(rows, width, f"int{b}")
-                gain = d_var / (max(d_bytes, 1) * links.get((g[1], g[2]), (1.0, 0.0))[0])  # per second of link
-                trial = {**cur, g: nb}
-                if gain > best_gain and link_time(link, trial.__getitem__) <= budget * (1 + 1e-9):
-                    best, best_gain = g, gain
-            if best is None:
-                break
-            cur[best] *= 2
-        bits.update(cur)
+    alpha = {g: links.get((g[1], g[2]), (1.0, 0.0))[0] for g in live}
+    beta = {g: links.get((g[1], g[2]), (1.0, 0.0))[1] for g in live}
+    alpha_in: dict = {}
+    for g in live:
+        alpha_in[g[2]] = min(alpha_in.get(g[2], float("inf")), alpha[g])
+
+    def cost(g, bits: int) -> tuple[float, float]:
+        """(egress seconds at the sender, ingress seconds at the receiver) of group g at `bits`."""
+        b = codec.wire_bytes(live[g][1], live[g][2], f"int{bits}")
+        return alpha[g] * b + beta[g], alpha_in[g[2]] * b + beta[g]
+
+    def loads(bits_of) -> tuple[dict, dict]:
+        out, inn = {}, {}
+        for g in live:
+            e, i = cost(g, bits_of(g))
+            out[g[1]], inn[g[2]] = out.get(g[1], 0.0) + e, inn.get(g[2], 0.0) + i
+        return out, inn
+
+    uniform_out, uniform_in = loads(lambda g: budget_bits)
+    budget = max(max(uniform_out.values()), max(uniform_in.values())) * (1 + 1e-9)
+    bits = {g: codec.INT_BITS[-1] for g in live}
+    out, inn = loads(bits.__getitem__)
+
+    def step(g) -> tuple | None:
+        b = bits[g]
+        if b == codec.INT_BITS[0]:
+            return None
+        r, rows, width = live[g]
+        d_var = variance(r, width, b) - variance(r, width, 2 * b)
+        d_bytes = codec.wire_bytes(rows, width, f"int{2 * b}") - codec.wire_bytes(rows, width, f"int{b}")
+        return (-d_var / (max(d_bytes, 1) * alpha[g]), g)
+
+    heap = [s for s in map(step, sorted(live)) if s is not None]
+    heapq.heapify(heap)
+    while heap:
+        _, g = heapq.heappop(heap)
+        (e0, i0), (e1, i1) = cost(g, bits[g]), cost(g, 2 * bits[g])
+        if out[g[1]] - e0 + e1 > budget or inn[g[2]] - i0 + i1 > budget:
+            continue
+        out[g[1]] += e1 - e0
+        inn[g[2]] += i1 - i0
+        bits[g] *= 2
+        nxt = step(g)
+        if nxt is not None:
+            heapq.heappush(heap, nxt)
     return bits
 
 

@@ -105,3 +105,14 @@ def test_a_senders_links_share_its_budget():
     links = {(0, 1): (1e-8, 0.0), (0, 2): (1e-8, 0.0), (1, 0): (1e-8, 0.0)}
     bits = solve_bits(groups, links, budget_bits=4)
     assert bits[("fwd.L0", 0, 1)] == bits[("fwd.L0", 0, 2)] == 4 and bits[("fwd.L0", 1, 0)] == 8
+
+
+def test_a_receivers_links_share_its_budget_too():
+    """Senders 1 and 3 could each afford int8 on their own, but both feed receiver 2's one interface."""
+    groups = {("fwd.L0", 0, 1): (10.0, 100, 64), ("fwd.L0", 0, 3): (10.0, 100, 64),
+              ("fwd.L0", 1, 2): (10.0, 100, 64), ("fwd.L0", 3, 2): (10.0, 100, 64)}
+    links = {(s, d): (1e-8, 0.0) for (_, s, d) in groups}
+    bits = solve_bits(groups, links, budget_bits=4)
+    assert bits[("fwd.L0", 1, 2)] == bits[("fwd.L0", 3, 2)] == 4
+    into_2 = sum(codec.wire_bytes(100, 64, f"int{bits[g]}") for g in groups if g[2] == 2)
+    assert into_2 <= 2 * codec.wire_bytes(100, 64, "int4")
