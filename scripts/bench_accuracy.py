@@ -23,6 +23,7 @@ SETTINGS = {
     "int2": ["--codec", "int2"],
     "adaptive": ["--codec", "adaptive"],
     "stale1": ["--staleness", "1"],
+    "stale1-smoothed": ["--staleness", "1", "--stale-momentum", "0.95"],
     "adaptive+stale1": ["--codec", "adaptive", "--staleness", "1"],
     "skip0.1": ["--skip-threshold", "0.1"],
 }

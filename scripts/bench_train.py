@@ -65,8 +65,10 @@ def pyg_child(spec: str, epochs: int, hidden: int, model: str) -> None:
     import torch.nn.functional as F
 
     from gnn_dist.data import load_dataset
+    from gnn_dist.malloc import keep_freed_memory
     from gnn_dist.nn import build_model, to_pyg
 
+    keep_freed_memory()  # the allocator setting gnn-dist's ranks get at init: compare the training code, not malloc
     g = load_dataset(spec)
     torch.manual_seed(0)
     net = to_pyg(build_model(model, g.num_features, hidden, g.num_classes, layers=2, dropout=0.5))
