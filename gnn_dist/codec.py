@@ -228,7 +228,7 @@ def decode(e: Encoded, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     if _fused(e.payload):
         out = np.empty((e.payload.shape[0], e.width), np.float32)
         fused.kernels().decode_into(e.payload.numpy(), e.lo.contiguous().numpy(), e.scale.contiguous().numpy(), out,
-                                    e.bits)
+                                    np.arange(out.shape[0]), False, e.bits)
         return torch.from_numpy(out).to(dtype)
     q = unpack(e.payload, e.bits, e.width).to(torch.float32)
     return q.mul_(e.scale.unsqueeze(1)).add_(e.lo.unsqueeze(1)).to(dtype)
@@ -312,7 +312,7 @@ def decode_rows(records: torch.Tensor, codec: str, width: int, dtype: torch.dtyp
     bits = int(codec[3:])
     if _fused(records) and out.dtype == torch.float32 and out.is_contiguous():
         r = records.numpy()
-        fused.kernels().decode_into(r, *_split_records(r, width, bits), out.numpy(), bits)
+        fused.kernels().decode_into(r, *_split_records(r, width, bits), out.numpy(), np.arange(rows), False, bits)
         return out
     out.copy_(decode(from_rows(records, codec, width), dtype))
     return out
@@ -327,8 +327,8 @@ def decode_rows_add(records: torch.Tensor, codec: str, width: int, target: torch
     records = records.view(rows, -1)
     if codec not in FLOAT_CODECS and _fused(records) and target.dtype == torch.float32 and target.is_contiguous():
         r, bits = records.numpy(), int(codec[3:])
-        fused.kernels().decode_add_into(r, *_split_records(r, width, bits), target.view(target.shape[0], -1).numpy(),
-                                        index.numpy(), bits)
+        fused.kernels().decode_into(r, *_split_records(r, width, bits), target.view(target.shape[0], -1).numpy(),
+                                    index.numpy(), True, bits)
         return target
     return target.index_add_(0, index, decode_rows(records, codec, width, target.dtype).view(rows, *target.shape[1:]))
 

@@ -121,45 +121,12 @@ def encode_into(x, rows, row_lo, row_hi, out, lo_out, scale_out, bits, key):
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False)
-def decode_into(payload, lo, scale, out, bits):
-    """payload uint8 [n, >= packed] (planar packing) -> out float32 [n, w] = code * scale + lo."""
-    n, w = out.shape
-    per = 8 // bits
-    pw = (w + per - 1) // per
-    mask = np.uint8((1 << bits) - 1)
-    codes = np.zeros(pw * per, np.float32)
-    for i in range(n):
-        if bits == 8:
-            for j in range(w):
-                codes[j] = np.float32(payload[i, j])
-        else:
-            for t in range(per):
-                shift = np.uint8(t * bits)
-                for k in range(pw):
-                    codes[t * pw + k] = np.float32((payload[i, k] >> shift) & mask)
-        s, b = scale[i], lo[i]
-        for j in range(w):
-            out[i, j] = codes[j] * s + b
+def decode_into(payload, lo, scale, out, rows, add, bits):
+    """payload uint8 [n, >= packed] (planar packing) -> out[rows[i]] = code * scale + lo (+= with `add`).
 
-
-@nb.njit(cache=True, nogil=True, boundscheck=False)
-def dropout_into(x, out, mask, drop_below, scale, key):
-    """Flat float32 x -> out = x * scale where kept, else 0; mask = 1 where kept (kept: hash >= drop_below)."""
-    key = np.uint64(key)
-    threshold = np.uint64(drop_below)
-    scale = np.float32(scale)  # as torch multiplies a float32 tensor by a Python float
-    for i in range(x.shape[0]):
-        keep = _hash32(key, np.uint64(i)) >= threshold
-        mask[i] = np.uint8(keep)
-        out[i] = x[i] * scale if keep else np.float32(0.0)
-
-
-@nb.njit(cache=True, nogil=True, boundscheck=False)
-def decode_add_into(payload, lo, scale, out, rows, bits):
-    """out[rows[i]] += decode(payload[i]): the backward exchange sums received gradients in place.
-
-    Same arithmetic and order as decode_into then index_add_, without the
-    decoded block in between.
+    `add` lets the backward exchange sum received gradients straight into the
+    inner-row gradient: the same arithmetic and order as decoding and then
+    index_add_, without the decoded block in between.
     """
     n, w = payload.shape[0], out.shape[1]
     per = 8 // bits
@@ -177,5 +144,22 @@ def decode_add_into(payload, lo, scale, out, rows, bits):
                     codes[t * pw + k] = np.float32((payload[i, k] >> shift) & mask)
         s, b = scale[i], lo[i]
         o = out[rows[i]]
-        for j in range(w):
-            o[j] += codes[j] * s + b
+        if add:
+            for j in range(w):
+                o[j] += codes[j] * s + b
+        else:
+            for j in range(w):
+                o[j] = codes[j] * s + b
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False)
+def dropout_into(x, out, mask, drop_below, scale, key):
+    """Flat float32 x -> out = x * scale where kept, else 0; mask = 1 where kept (kept: hash >= drop_below)."""
+    key = np.uint64(key)
+    threshold = np.uint64(drop_below)
+    scale = np.float32(scale)  # as torch multiplies a float32 tensor by a Python float
+    for i in range(x.shape[0]):
+        keep = _hash32(key, np.uint64(i)) >= threshold
+        mask[i] = np.uint8(keep)
+        out[i] = x[i] * scale if keep else np.float32(0.0)
+
