@@ -58,12 +58,26 @@ def test_evaluation_is_exact_even_with_a_codec(group):
 
 
 def test_staleness_hands_out_last_epochs_block(group):
-    ex = make(ExchangeConfig(staleness=1))
+    ex = make(ExchangeConfig(staleness=1, momentum=0.0))
     xs = [torch.full((50, 3), float(e)) for e in range(4)]
     got = [epoch(ex, x) for x in xs]
     assert torch.equal(got[0], xs[0][::2])  # warm-up: fresh
     for e in (1, 2, 3):
         assert torch.equal(got[e], xs[e - 1][::2])  # one epoch stale
+
+
+def test_stale_blocks_are_smoothed_by_default(group):
+    """PipeGCN-GF: the block used is m * the block used last epoch + (1 - m) * the stale block received."""
+    m = ExchangeConfig().momentum
+    assert 0 < m < 1
+    ex = make(ExchangeConfig(staleness=1))
+    xs = [torch.full((50, 3), float(2**e)) for e in range(4)]
+    got = [epoch(ex, x) for x in xs]
+    want = xs[0][::2]
+    assert torch.equal(got[0], want)
+    for e in (1, 2, 3):
+        want = m * want + (1 - m) * xs[e - 1][::2]
+        assert torch.allclose(got[e], want)
 
 
 def test_skip_threshold_resends_only_rows_that_moved(group):

@@ -42,11 +42,13 @@ def add_parser(sub) -> None:
                    help="wire format of halo messages and gradients in training (default fp32: exact); "
                         "adaptive picks 2/4/8 bits per layer, peer and direction")
     p.add_argument("--budget-bits", type=int, default=4, choices=[2, 4, 8],
-                   help="adaptive: each link may take as long as the slowest link at uniform int<B> (default 4)")
+                   help="adaptive: no interface may take longer than the busiest one at uniform int<B> (default 4)")
     p.add_argument("--adaptive-every", type=int, default=50, help="adaptive: re-solve bit-widths every N epochs")
     p.add_argument("--staleness", type=int, default=0,
                    help="use halo blocks from up to S epochs ago while fresh ones travel (default 0: exact)")
-    p.add_argument("--stale-momentum", type=float, default=0.0, help="smooth stale blocks with this momentum")
+    p.add_argument("--stale-momentum", type=float, default=None,
+                   help="with --staleness: used block = M * previous + (1 - M) * received (PipeGCN-GF smoothing; "
+                        "default 0.95, 0 for plain PipeGCN)")
     p.add_argument("--skip-threshold", type=float, default=0.0,
                    help="resend a halo row only when its relative change exceeds this (default 0: always)")
     p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
@@ -78,10 +80,11 @@ def add_parser(sub) -> None:
 def exchange_config(a: argparse.Namespace):
     from gnn_dist.exchange import ExchangeConfig
 
+    smoothing = {} if a.stale_momentum is None else {"momentum": a.stale_momentum}
     try:
-        return ExchangeConfig(codec=a.codec, staleness=a.staleness, momentum=a.stale_momentum,
-                              skip_threshold=a.skip_threshold, refresh_every=a.refresh_every,
-                              adaptive_every=a.adaptive_every, budget_bits=a.budget_bits).validate()
+        return ExchangeConfig(codec=a.codec, staleness=a.staleness, skip_threshold=a.skip_threshold,
+                              refresh_every=a.refresh_every, adaptive_every=a.adaptive_every,
+                              budget_bits=a.budget_bits, **smoothing).validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
 
