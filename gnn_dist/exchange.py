@@ -310,7 +310,9 @@ class HaloExchange:
             block = pending.wait()
         m = self.config.momentum
         if m and channel in self._used and self._used[channel].shape == block.shape:
-            block = m * self._used[channel] + (1 - m) * block
+            # in place, one pass: the block just received is referenced nowhere else (its Pending has left the
+            # queue), and at warm-up it is the previous block itself, where the blend changes nothing
+            block = block.lerp_(self._used[channel], m)
         self._used[channel] = block
         return Ready(block)
 

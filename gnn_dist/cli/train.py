@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
                    help="wire format of halo messages and gradients in training (default fp32: exact); "
                         "adaptive picks 2/4/8 bits per layer, peer and direction")
     p.add_argument("--budget-bits", type=int, default=4, choices=[2, 4, 8],
-                   help="adaptive: no interface may take longer than the busiest one at uniform int<B> (default 4)")
+                   help="adaptive: no interface may take longer than it would at uniform int<B> (default 4)")
     p.add_argument("--adaptive-every", type=int, default=50, help="adaptive: re-solve bit-widths every N epochs")
     p.add_argument("--staleness", type=int, default=0,
                    help="use halo blocks from up to S epochs ago while fresh ones travel (default 0: exact)")
