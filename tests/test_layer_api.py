@@ -128,3 +128,16 @@ def test_edge_features_survive_partitioning(tmp_path):
         for r, c, a in zip(rows, plan.indices, plan.edge_attr):
             got.setdefault((int(plan.global_ids[c]), int(plan.global_ids[r])), []).append(a.tolist())
     assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
+
+
+def test_layers_exchange_the_cheaper_side():
+    """Aggregating first sends d_in columns (and d_in back only if x needs a gradient); transforming first
+    sends d_out and d_out back: input features (no gradient) of width up to 2 d_out are aggregated first."""
+    from gnn_dist.nn.conv import aggregate_first
+
+    feats, hidden = torch.zeros(3, 128), torch.zeros(3, 128, requires_grad=True)
+    assert aggregate_first(feats, 128, 128) and aggregate_first(feats, 128, 64)
+    assert not aggregate_first(feats, 1433, 16)
+    assert aggregate_first(hidden, 128, 128) and not aggregate_first(hidden, 128, 64)
+    with torch.no_grad():  # evaluation: nothing goes back, the narrower side goes forward
+        assert not aggregate_first(feats, 128, 64) and aggregate_first(feats, 64, 128)

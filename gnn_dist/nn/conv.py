@@ -17,11 +17,25 @@ def _glorot(t: torch.Tensor) -> None:
     nn.init.uniform_(t, -bound, bound)
 
 
+def aggregate_first(x: torch.Tensor, d_in: int, d_out: int) -> bool:
+    """Aggregate x before the linear map rather than after? Whichever exchanges fewer columns.
+
+    A @ (X W) == (A @ X) W, so a layer may send rows of width d_in (aggregate
+    first) or d_out (transform first). Transforming first always sends
+    gradients back too when training (W needs them); aggregating first sends
+    them only if x itself needs a gradient. The first layer's input features
+    do not, so there aggregating a d_in-wide X costs d_in columns against
+    2 d_out, and its backward skips the sparse product and the exchange.
+    """
+    training = torch.is_grad_enabled()
+    return d_in * (1 + (training and x.requires_grad)) <= d_out * (1 + training)
+
+
 class GCNConv(MessagePassing):
     """Kipf & Welling: D^-1/2 (A + I) D^-1/2 X W + b, degrees global.
 
-    The product is associative, so the narrower of X and XW is the one
-    aggregated (and exchanged): fewer bytes on the wire, same result.
+    The product is associative, so the cheaper of X and XW to exchange is the
+    one aggregated (`aggregate_first`): fewer bytes on the wire, same result.
     """
 
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
@@ -32,7 +46,7 @@ class GCNConv(MessagePassing):
         _glorot(self.lin.weight)
 
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
-        if self.in_channels < self.out_channels:
+        if aggregate_first(x, self.in_channels, self.out_channels):
             out = self.lin(self.propagate(graph, x=x))
         else:
             out = self.propagate(graph, x=self.lin(x))
@@ -49,10 +63,10 @@ class SAGEConv(MessagePassing):
         self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
 
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
-        if self.out_channels < self.in_channels:  # mean is linear: project first, send less
-            agg = self.propagate(graph, x=F.linear(x, self.lin_l.weight)) + self.lin_l.bias
-        else:
+        if aggregate_first(x, self.in_channels, self.out_channels):  # mean is linear: either order
             agg = self.lin_l(self.propagate(graph, x=x))
+        else:
+            agg = self.propagate(graph, x=F.linear(x, self.lin_l.weight)) + self.lin_l.bias
         return agg + self.lin_r(x)
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnn_dist.graph import LocalGraph
-from gnn_dist.nn.conv import GCNConv, _glorot
+from gnn_dist.nn.conv import GCNConv, _glorot, aggregate_first
 from gnn_dist.nn.message_passing import MessagePassing
 
 
@@ -49,7 +49,7 @@ class EvolveGCNO(nn.Module):
             from torch.func import functional_call
 
             return functional_call(self._pyg[0], {"lin.weight": weight.t()}, (x, graph)) + self.bias
-        if self.in_channels < self.out_channels:  # aggregate (and exchange) the narrower side
+        if aggregate_first(x, self.in_channels, self.out_channels):  # exchange the cheaper side
             return self.aggregate(x, graph) @ weight + self.bias
         return self.aggregate(x @ weight, graph) + self.bias
 
