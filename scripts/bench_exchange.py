@@ -1,6 +1,6 @@
 """Cheap exchange, measured in the network lab: one table and one plot from one run (needs root).
 
-    python scripts/bench_exchange.py [--dataset SPEC] [--parts 4] [--rate 1gbit] [--epochs 30] [--png F]
+    python scripts/bench_exchange.py [--dataset SPEC] [--parts 4] [--rate 1gbit] [--epochs 30] [--layers 2] [--png F]
 
 Brings up the lab (scripts/netlab.py), partitions the data set, and trains the
 same model under each exchange setting, one rank per namespace: exact without
@@ -74,7 +74,7 @@ def worker(a: argparse.Namespace) -> None:
     if a.compute_only:
         graph.exchange = NoExchange(graph.exchange)
     torch.manual_seed(0)
-    model = build_model(a.model, graph.num_features, a.hidden, graph.num_classes, layers=2, dropout=0.5)
+    model = build_model(a.model, graph.num_features, a.hidden, graph.num_classes, layers=a.layers, dropout=0.5)
     tr = Trainer(model, graph, ctx, progress=False, eval_every=0, lr=0.01)
     times, sent = [], []
     for e in range(a.epochs):
@@ -105,6 +105,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--model", default="gcn")
+    ap.add_argument("--layers", type=int, default=2, help="GNN layers (AdaQP and PipeGCN report 3-4)")
     ap.add_argument("--png", default="bench_exchange.png")
     ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(SETTINGS)}")
     for flag in ("--worker", "--result", "--codec"):
@@ -133,7 +134,8 @@ def main() -> None:
             for i, (name, flags) in enumerate(settings.items()):
                 res = Path(tmp) / f"r{i}.json"
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(part), "--result", str(res),
-                       "--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, *flags]
+                       "--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model,
+                       "--layers", str(a.layers), *flags]
                 t = time.perf_counter()
                 code = netlab.run(cmd, port=29500 + i, timeout=1800)
                 if code != 0 or not res.exists():
@@ -150,7 +152,7 @@ def main() -> None:
 def report(a, results: dict, rate_bps: float) -> None:
     base = results.get("exact-no-overlap", {}).get("epoch_s")
     floor_c = results.get("compute-only", {}).get("epoch_s", 0.0)
-    print(f"\n{a.dataset}, {a.parts} ranks in the lab at {a.rate} per link, {a.model} hidden {a.hidden}, "
+    print(f"\n{a.dataset}, {a.parts} ranks in the lab at {a.rate} per link, {a.layers}-layer {a.model} hidden {a.hidden}, "
           f"{a.epochs} epochs (mean of epochs 3..{a.epochs})")
     print(f"{'setting':<24} {'epoch s':>8} {'x exact':>8} {'MB/epoch/rank':>14} {'x bytes':>8} "
           f"{'bound s':>8} {'x bound':>8} {'test acc':>8}")
