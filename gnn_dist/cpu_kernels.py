@@ -74,7 +74,7 @@ def _dither_table(key, n, w):
     return table, start
 
 
-@nb.njit(cache=True, nogil=True, boundscheck=False, fastmath=True)
+@nb.njit(cache=True, nogil=True, boundscheck=False)
 def encode_into(x, rows, row_lo, row_hi, out, lo_out, scale_out, bits, key):
     """Rows x[rows] of float32 x -> out[:, :packed] codes (planar packing), lo_out / scale_out float32 [n].
 
@@ -97,9 +97,11 @@ def encode_into(x, rows, row_lo, row_hi, out, lo_out, scale_out, bits, key):
         if given:
             lo, hi = row_lo[r], row_hi[r]
         else:
-            lo, hi = row[0], row[0]
+            lo, hi, total = row[0], row[0], row[0]
             for j in range(1, w):
-                lo, hi = min(lo, row[j]), max(hi, row[j])
+                lo, hi, total = min(lo, row[j]), max(hi, row[j]), total + row[j]
+            if total != total:  # min / max skip a NaN; send it as the row's range so the receiver sees NaN
+                lo = hi = total
         scale = np.float32((hi - lo) / top)
         inv = np.float32(0.0) if scale == 0 else np.float32(1.0) / scale
         u = table[start[i]: start[i] + w]

@@ -112,3 +112,13 @@ def test_decoding_into_a_sum_equals_decoding_then_index_add(bits, backend):
     want = base.clone().index_add_(0, idx, codec.decode_rows(rows, f"int{bits}", 10))
     got = codec.decode_rows_add(rows, f"int{bits}", 10, base.clone(), idx)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("width", [8, 64])
+def test_a_nan_anywhere_in_a_row_reaches_the_receiver(width, backend):
+    """Quantising must not launder a NaN into finite garbage: the trainer's NaN check has to see it."""
+    x = torch.randn(4, width)
+    x[1, 3] = float("nan")
+    rows, _ = codec.encode_rows(x, "int4", torch.Generator().manual_seed(0))
+    d = codec.decode_rows(rows, "int4", width)
+    assert torch.isnan(d[1]).any() and not torch.isnan(d[[0, 2, 3]]).any()
