@@ -292,7 +292,7 @@ class HaloExchange:
         `received`: the decoded rows, or what start_backward returned (decoded straight into the sum).
         """
         if isinstance(received, torch.Tensor):
-            return grad_inner.index_add_(0, self.send_idx, received.to(grad_inner.dtype))
+            received = Ready(received)
         return received.add_into(grad_inner, self.send_idx)
 
     # ---------------------------------------------------------------- caches
