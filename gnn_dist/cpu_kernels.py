@@ -165,3 +165,21 @@ def dropout_into(x, out, mask, drop_below, scale, key):
         mask[i] = np.uint8(keep)
         out[i] = x[i] * scale if keep else np.float32(0.0)
 
+
+@nb.njit(cache=True, nogil=True, boundscheck=False)
+def keyed_dropout_rows(x, out, ids, drop_below, scale, key):
+    """Row i of x (2-D float32) -> out, element j kept where hash(key, ids[i] * width + j) >= drop_below.
+
+    The mask of an element depends on its node's global id, not on where the
+    row sits, so every rank holding a copy of a row drops the same elements.
+    """
+    key = np.uint64(key)
+    threshold = np.uint64(drop_below)
+    scale = np.float32(scale)
+    w = x.shape[1]
+    for i in range(x.shape[0]):
+        base = np.uint64(ids[i]) * np.uint64(w)
+        for j in range(w):
+            keep = _hash32(key, base + np.uint64(j)) >= threshold
+            out[i, j] = x[i, j] * scale if keep else np.float32(0.0)
+

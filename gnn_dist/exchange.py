@@ -11,6 +11,12 @@ from up to `staleness` epochs ago while the fresh block travels in the
 background (PipeGCN), or sent only for rows that changed by more than
 `skip_threshold` (Sancus). Evaluation (`exact`) always sends fp32, fresh.
 
+The input features never change, so with `input_cache` their halo crosses
+the wire once (`static_halo`); the model drops it locally with masks keyed by
+node id (`gnn_dist.nn.dropout.input_dropout`) and `provide`s it, and the
+first layer's forward then sends nothing. Exact: the same values arrive as
+if sent.
+
 On CUDA the whole exchange (gather of send rows aside) runs on a side stream:
 encoding, the NCCL all_to_all and decoding overlap whatever the default
 stream computes meanwhile (the central rows), and nothing is staged through
@@ -30,6 +36,9 @@ from gnn_dist import codec
 from gnn_dist.adaptive import AdaptivePolicy
 
 
+STATIC = "fwd.input"  # metrics channel of the one-off fetch of the input features' halo
+
+
 @dataclass
 class ExchangeConfig:
     """How training messages travel; the defaults are exact."""
@@ -43,6 +52,7 @@ class ExchangeConfig:
     refresh_every: int = 10  # with skipping: send every row at least this often (epochs)
     adaptive_every: int = 50  # adaptive: re-solve bit-widths every N epochs
     budget_bits: int = 4  # adaptive: each link may spend the wire time of uniform int<budget_bits>
+    input_cache: bool = True  # fetch the input features' halo once; exact (see input_dropout)
 
     def validate(self) -> "ExchangeConfig":
         if self.codec not in codec.CODECS + ("adaptive",):
@@ -153,6 +163,8 @@ class HaloExchange:
         self._used: dict[str, torch.Tensor] = {}
         self._sent_ref: dict[str, torch.Tensor] = {}
         self._held: dict[str, torch.Tensor] = {}
+        self._static: tuple | None = None  # (input features, their halo rows), fetched once
+        self._provided: tuple | None = None  # (tensor, its halo rows): start() on that tensor sends nothing
         self.device = send_idx.device
         self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.policy = AdaptivePolicy(self, self.config) if self.config.codec == "adaptive" else None
@@ -192,7 +204,7 @@ class HaloExchange:
         out = {}
         for name in sorted(self.stats):
             rec = self.stats[name].reset()
-            train = not name.endswith("eval")
+            train = not name.endswith("eval") and name != STATIC
             rec["staleness"] = self.config.staleness if train else 0
             if self.policy is not None and train:
                 rec["bits"] = [int(self.bits_for(name, self.rank, p)[3:]) if p != self.rank else 0
@@ -202,19 +214,23 @@ class HaloExchange:
 
     # ------------------------------------------------------------- the wire
     def _a2a(self, rows: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int],
-             channel: str | None, direction: str, index: torch.Tensor | None = None) -> Pending:
-        """Send rows[index] (all of `rows` without one); on CUDA on the side stream once `rows` are ready there."""
+             channel: str | None, direction: str, index: torch.Tensor | None = None, label: str = "") -> Pending:
+        """Send rows[index] (all of `rows` without one); on CUDA on the side stream once `rows` are ready there.
+
+        No `channel`: exact fp32, counted under `label` (default: the direction's eval channel).
+        """
         if self._side is None:
-            return self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction, index)
+            return self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction, index, label)
         self._side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._side):
-            pending = self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction, index)
+            pending = self._a2a_here(rows, out_rows, out_splits, in_splits, channel, direction, index, label)
         rows.record_stream(self._side)  # made on the caller's stream, read on the side stream
         pending.stream = self._side
         return pending
 
     def _a2a_here(self, rows: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int],
-                  channel: str | None, direction: str, index: torch.Tensor | None = None) -> Pending:
+                  channel: str | None, direction: str, index: torch.Tensor | None = None,
+                  label: str = "") -> Pending:
         """Encode per peer, one all_to_all, decode per peer on wait (on the current stream).
 
         intB codecs read send rows through `index` (no gathered copy); fp32 gathers them once.
@@ -222,7 +238,7 @@ class HaloExchange:
         tail = tuple(rows.shape[1:])
         source = rows.flatten(1)
         width, dtype = source.shape[1], source.dtype
-        stats = self.stats[channel or f"{direction}.eval"]
+        stats = self.stats[channel or label or f"{direction}.eval"]
         send_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, self.rank, p))
                       for p in range(self.num_peers)]
         recv_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, p, self.rank))
@@ -262,8 +278,32 @@ class HaloExchange:
         return Pending(work, finish, stats, accumulate=accumulate)
 
     # ----------------------------------------------------------- directions
+    def static_halo(self, x: torch.Tensor) -> torch.Tensor:
+        """Halo rows of a tensor that never changes (the input features): sent once, fp32, then kept.
+
+        Collective on first use: every rank calls it in the same layer of the same forward.
+        """
+        if self._static is None or self._static[0] is not x:
+            pending = self._a2a(x.detach(), self.num_halo, self.recv_counts, self.send_counts, None, "fwd",
+                                self.send_idx, label=STATIC)
+            self._static = (x, pending.wait())
+        return self._static[1]
+
+    def provide(self, x: torch.Tensor, halo) -> None:
+        """Declare that start(x), for exactly this tensor, receives `halo()`; it then sends nothing.
+
+        `halo` is called only if a layer does exchange x, so nothing is fetched for a layer that sends XW.
+        """
+        self._provided = (x, halo)
+
     def start(self, x: torch.Tensor):
         """Begin sending the rows peers need (x: this rank's inner rows); returns something to wait on."""
+        if self._provided is not None and x is self._provided[0]:
+            if not self.exact:  # keep the channel numbering: the next layer is still fwd.L1
+                if self._bwd:
+                    self.begin_epoch()
+                self._fwd += 1
+            return Ready(self._provided[1]())
         x = x.detach()
         if self.exact:
             return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)

@@ -95,6 +95,7 @@ class LocalGraph:
     self_loop: np.ndarray | None = None  # bool, every local row: has a self loop in the global graph
     types: object = None  # gnn_dist.hetero.Types for a heterogeneous part
     edge_attr: np.ndarray | None = None  # float32 [E_local, D] edge features, CSR order
+    dropout_key: int | None = None  # this epoch's input-dropout key, the same on every rank (set by the trainer)
     _ops: dict = field(default_factory=dict, repr=False)
     _edges: dict = field(default_factory=dict, repr=False)
 
@@ -135,6 +136,12 @@ class LocalGraph:
     @property
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
+
+    def global_id_tensor(self) -> torch.Tensor:
+        """Global node id of every local row (inner, then halo), int64 on the graph's device."""
+        if "global_ids" not in self._ops:
+            self._ops["global_ids"] = torch.from_numpy(self.global_ids.astype(np.int64)).to(self.device)
+        return self._ops["global_ids"]
 
     def _values(self, norm: str) -> np.ndarray:
         w = self.edge_weight if self.edge_weight is not None else np.ones(self.num_edges, np.float32)

@@ -27,6 +27,11 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
     return (seed * 1_000_003 + epoch * 7919 + rank) % (2**63 - 1)
 
 
+def input_key(seed: int, epoch: int) -> int:
+    """Input-dropout key per (seed, epoch), the same on every rank: ranks must drop a node's features alike."""
+    return ((seed * 1_000_003 + epoch + 1) * 0x9E3779B97F4A7C15) % 2**64 >> 1
+
+
 def _append_error(log: Path, rank: int, message: str) -> None:
     """One JSON line; ranks that share rank 0's filesystem can all record it (best effort, never raises)."""
     if log.parent.is_dir():
@@ -63,6 +68,7 @@ class Trainer:
     def train_step(self, epoch: int) -> float:
         g = self.graph
         torch.manual_seed(epoch_seed(self.seed, epoch, self.ctx.rank))
+        g.dropout_key = input_key(self.seed, epoch)
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
         out = self.model(g.x, g)

@@ -21,6 +21,7 @@ from gnn_dist.trainer import Trainer
 from partition.store import read_meta
 
 EPOCHS = 20
+KEY = 12345  # input-dropout key of the keyed-dropout check
 
 
 def step0(model, graph, trainer):
@@ -67,6 +68,18 @@ def main() -> None:
             np.savez(out_dir / f"{name}-edgefeat-rank{ctx.rank}.npz", global_ids=graph.global_ids[: graph.num_inner],
                      out=out.detach().numpy(), **{f"grad_{i}": all_sum(p.grad.clone(), ctx).numpy()
                                                   for i, p in enumerate(layer.parameters())})
+        # keyed input dropout, the input's halo fetched once (default) or sent every time: same rows
+        for cache in (True, False):
+            graph = load_partition(d, ctx, exchange=ExchangeConfig(input_cache=cache))
+            torch.manual_seed(0)
+            layer = build_model("gcn", graph.num_features, 8, 64, layers=1, dropout=0.5)  # 64 wide: aggregates X
+            graph.dropout_key = KEY
+            out = layer(graph.x, graph)
+            ex = graph.exchange  # none with one rank
+            sent = {k: sum(v["bytes"]) for k, v in ex.epoch_metrics().items()} if ex is not None else {}
+            np.savez(out_dir / f"{name}-inputdrop-{cache}-rank{ctx.rank}.npz",
+                     global_ids=graph.global_ids[: graph.num_inner], out=out.detach().numpy(),
+                     sent_L0=sent.get("fwd.L0", 0), sent_input=sent.get("fwd.input", 0))
         # compressed exchange: same model, int8 messages and gradients in training
         graph = load_partition(d, ctx, exchange=ExchangeConfig(codec="int8"))
         torch.manual_seed(0)

@@ -15,7 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gnn_dist.graph import LocalGraph
 from gnn_dist.nn import MODELS, build_model, to_pyg
+from tests.dist_worker import KEY
 from partition import assign_parts, build_parts, write_partition
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +103,6 @@ def test_matches_single_process_pyg(world, graphs, references, tmp_path):
                                            err_msg=f"{name}/{kind} grad {i}, P={world}")
             assert np.abs(np.array(losses) - np.array(ref_losses)).max() < 1e-4, f"{name}/{kind} losses P={world}"
         if g.edge_attr is not None:  # edge features reach message() on every rank as in one process
-            from gnn_dist.graph import LocalGraph
             from tests.test_layer_api import EdgeFeatureConv
 
             torch.manual_seed(0)
@@ -115,6 +116,24 @@ def test_matches_single_process_pyg(world, graphs, references, tmp_path):
                 for i, p in enumerate(layer.parameters()):
                     np.testing.assert_allclose(z[f"grad_{i}"], p.grad.numpy(), rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(rows, ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+        # input dropout keyed by node id: the masks one process draws; the halo fetched once or sent, same rows
+        torch.manual_seed(0)
+        layer = build_model("gcn", g.num_features, 8, 64, layers=1, dropout=0.5)
+        single = LocalGraph.from_graph(g)
+        single.dropout_key = KEY
+        ref = layer(single.x, single).detach().numpy()
+        assert (ref == 0).mean() < 0.5  # not all dropped; and differs from no dropout:
+        assert not np.allclose(ref, layer.eval()(single.x, single).detach().numpy())
+        rows = {c: np.zeros_like(ref) for c in (True, False)}
+        for rank in range(world):
+            z = {c: np.load(out / f"{name}-inputdrop-{c}-rank{rank}.npz") for c in (True, False)}
+            for c in (True, False):
+                rows[c][z[c]["global_ids"]] = z[c]["out"]
+            if world > 1 and name == "sbm":  # 12 features -> 64: the layer aggregates X itself
+                assert int(z[True]["sent_L0"]) == 0 and int(z[True]["sent_input"]) > 0
+                assert int(z[False]["sent_L0"]) == int(z[True]["sent_input"]) and int(z[False]["sent_input"]) == 0
+        assert np.array_equal(rows[True], rows[False]), f"{name}: input cache changed results"
+        np.testing.assert_allclose(rows[True], ref, rtol=1e-5, atol=1e-6, err_msg=f"{name} keyed input dropout")
         # int8 messages: close to exact, but not equal (quantisation really happened)
         q = [np.load(out / f"{name}-gcn-int8-rank{r}.npz") for r in range(world)]
         exact = np.array(references[(name, "gcn")][2])

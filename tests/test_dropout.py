@@ -44,3 +44,31 @@ def test_unbiased_and_pass_through_cases():
     assert dropout(x, 0.5, False) is x and dropout(x, 0.0, True) is x
     d = dropout(x.double(), 0.5, True)  # not float32: torch's own dropout
     assert d.dtype == torch.float64
+
+
+def test_keyed_dropout_torch_twin_draws_the_kernels_masks_bit_for_bit(monkeypatch):
+    from gnn_dist.nn import dropout as mod
+
+    x = torch.randn(300, 33)
+    ids = torch.randperm(10**6)[:300] * 5000  # ids * width beyond 2^32: the hash sees the low 32 bits alike
+    fused_out = mod.keyed_dropout(x, ids, 0.4, key=2**63 + 12345)
+    monkeypatch.setattr(mod, "BACKEND", "torch")
+    assert torch.equal(mod.keyed_dropout(x, ids, 0.4, key=2**63 + 12345), fused_out)
+    kept = fused_out != 0
+    n = kept.numel()
+    z = (kept.sum().item() - n * 0.6) / math.sqrt(n * 0.24)
+    assert abs(z) < 4.0, z
+    assert torch.equal(fused_out[kept], x[kept] * (1.0 / 0.6))
+
+
+def test_keyed_masks_follow_the_node_not_the_row_and_change_with_the_key():
+    from gnn_dist.nn.dropout import keyed_dropout
+
+    x = torch.ones(500, 16)
+    ids = torch.arange(500) * 7
+    perm = torch.randperm(500)
+    a = keyed_dropout(x, ids, 0.5, key=1)
+    assert torch.equal(keyed_dropout(x[perm], ids[perm], 0.5, key=1), a[perm])  # same node, same mask
+    b = keyed_dropout(x, ids, 0.5, key=2)
+    assert (a != 0).float().mul((b != 0).float()).mean().item() == pytest.approx(0.25, abs=0.02)
+    assert keyed_dropout(x, ids, 0.0, key=1) is x

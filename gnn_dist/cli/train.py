@@ -59,6 +59,9 @@ def add_parser(sub) -> None:
                         "and agree it with the peers (default incremental)")
     p.add_argument("--no-plan-cache", action="store_true",
                    help="dynamic graphs: re-derive snapshot plans every pass instead of keeping them all in memory")
+    p.add_argument("--no-input-cache", action="store_true",
+                   help="send the input features' halo every epoch instead of once (input dropout is keyed by "
+                        "node id either way, so results are identical; for measuring)")
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (0: only at the end)")
     p.add_argument("--log", default=None, help="append per-epoch metrics as JSON lines to this file (rank 0)")
@@ -84,7 +87,7 @@ def exchange_config(a: argparse.Namespace):
     try:
         return ExchangeConfig(codec=a.codec, staleness=a.staleness, skip_threshold=a.skip_threshold,
                               refresh_every=a.refresh_every, adaptive_every=a.adaptive_every,
-                              budget_bits=a.budget_bits, **smoothing).validate()
+                              budget_bits=a.budget_bits, input_cache=not a.no_input_cache, **smoothing).validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
 

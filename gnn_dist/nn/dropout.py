@@ -5,6 +5,12 @@ made it the largest single cost of a full-graph training step here. The mask
 key is drawn from torch's default generator, so a seeded run repeats its
 masks (the trainer seeds per epoch and rank). On CUDA, or without numba, or
 with `BACKEND = "torch"` (env GNN_DIST_DROPOUT=torch), this is F.dropout.
+
+The input features are dropped differently (`input_dropout`): their mask is a
+function of (epoch key, global node id, column), so a rank can drop its own
+copy of a halo row exactly as the row's owner drops it. The halo of the input
+then needs fetching only once (`HaloExchange.static_halo`), and a distributed
+run draws the very masks a single process does.
 """
 from __future__ import annotations
 
@@ -26,8 +32,7 @@ class HashDropout(torch.autograd.Function):
         mask = torch.empty(flat.shape, dtype=torch.uint8)
         key = int(torch.randint(0, 2**62, (1,)))
         scale = 1.0 / (1.0 - p)
-        fused.kernels().dropout_into(flat.numpy(), out.numpy(), mask.numpy(), min(int(p * 2**32), 2**32 - 1),
-                                     scale, key)
+        fused.kernels().dropout_into(flat.numpy(), out.numpy(), mask.numpy(), _drop_below(p), scale, key)
         ctx.save_for_backward(mask)
         ctx.scale = scale
         return out.view_as(x)
@@ -36,6 +41,11 @@ class HashDropout(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         (mask,) = ctx.saved_tensors
         return grad.contiguous().view(-1).mul(mask).mul_(ctx.scale).view_as(grad), None
+
+
+def _drop_below(p: float) -> int:
+    """Hashes below this are dropped: 32-bit hashes, so the keep rate is 1 - p to within 2^-32."""
+    return min(int(p * 2**32), 2**32 - 1)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -47,3 +57,69 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if BACKEND == "torch" or x.device.type != "cpu" or x.dtype != torch.float32 or not fused.available():
         return F.dropout(x, p, training)
     return HashDropout.apply(x, p)
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul_low32(a: torch.Tensor, c: int) -> torch.Tensor:
+    """(a * c) mod 2^32 for a in [0, 2^32), in int64 without overflow: split a into 16-bit halves."""
+    return ((a & 0xFFFF) * c + (((a >> 16) * c) & 0xFFFF) * 65536) & _M32
+
+
+def hash32(key: int, idx: torch.Tensor) -> torch.Tensor:
+    """`cpu_kernels._hash32` in torch (any device), bit for bit: int64 in [0, 2^32)."""
+    h = (_mul_low32(idx & _M32, 0x9E3779B1) + (key & _M32)) & _M32
+    h = h ^ (h >> 16)
+    h = _mul_low32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul_low32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> torch.Tensor:
+    """Dropout of rows that belong to nodes `ids` (global): element (i, j) is kept iff hash(key, ids[i] * w + j)
+    >= p 2^32, so copies of a node's row held by different ranks lose the same elements."""
+    if p == 0.0 or x.shape[0] == 0:
+        return x
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    key %= 2**64
+    scale = 1.0 / (1.0 - p)
+    x2 = x.reshape(x.shape[0], -1)
+    if (BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad
+            and fused.available()):
+        out = torch.empty_like(x2)
+        fused.kernels().keyed_dropout_rows(x2.contiguous().numpy(), out.numpy(), ids.numpy(), _drop_below(p),
+                                           scale, key)
+        return out.view_as(x)
+    w = x2.shape[1]
+    idx = ids.to(x.device, torch.int64).view(-1, 1) * w + torch.arange(w, device=x.device)
+    keep = hash32(key, idx) >= _drop_below(p)
+    return torch.where(keep, x2 * scale, torch.zeros((), dtype=x.dtype, device=x.device)).view_as(x)
+
+
+def input_dropout(x: torch.Tensor, graph, p: float, training: bool) -> torch.Tensor:
+    """Dropout of the graph's input features `graph.x`, and the halo they imply handed to the exchange.
+
+    With an epoch key set (`graph.dropout_key`; the trainer sets one per
+    epoch, the same on every rank), inner rows and the once-fetched halo copy
+    are dropped alike by global node id, and the first layer reads the halo
+    from here instead of the wire. Anything else (another tensor, no key, an
+    exchange without the input cache) is plain `dropout`.
+    """
+    key = getattr(graph, "dropout_key", None)
+    drops = training and p > 0.0
+    if x is not graph.x or x.requires_grad or (drops and key is None):
+        return dropout(x, p, training)
+    ids = graph.global_id_tensor()
+    n = graph.num_inner
+    out = keyed_dropout(x, ids[:n], p, key) if drops else x
+    ex = graph.exchange
+    if ex is not None and ex.config.input_cache:
+        def halo() -> torch.Tensor:  # only if a layer exchanges `out` itself (GCN transforms Cora's X first)
+            rows = ex.static_halo(x)
+            return keyed_dropout(rows, ids[n:], p, key) if drops else rows
+
+        ex.provide(out, halo)
+    return out

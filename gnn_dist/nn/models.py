@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnn_dist.graph import LocalGraph
-from gnn_dist.nn.dropout import dropout
+from gnn_dist.nn.dropout import dropout, input_dropout
 from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
 
 MODELS = ("gcn", "sage", "gat", "gin")
@@ -44,7 +44,10 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             if embed and i == len(self.convs) - 1:
                 return x
-            x = dropout(x, self.dropout, self.training)
+            if i == 0:  # the input's halo may come from a once-fetched copy, dropped alike by node id
+                x = input_dropout(x, graph, self.dropout, self.training)
+            else:
+                x = dropout(x, self.dropout, self.training)
             x = conv(x, graph)
             if i < len(self.convs) - 1:
                 x = F.relu(x)
