@@ -266,11 +266,15 @@ def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None =
 
 
 def encode_split(x: torch.Tensor, index: torch.Tensor | None, splits: list[int], codecs: list[str],
-                 out: torch.Tensor, generator: torch.Generator | None = None) -> list[torch.Tensor | None]:
+                 out: torch.Tensor, generator: torch.Generator | None = None,
+                 distinct: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor | None]:
     """x[index] (all of x without one) cut into consecutive blocks of `splits` rows, block p encoded with
     `codecs[p]` into its slice of `out` (wire_bytes each, in order); returns each block's row scales (intB).
 
-    One call per exchange: the fused kernels' row ranges are taken once for all blocks.
+    One call per exchange: the fused kernels' row ranges are taken once for all blocks. With `distinct`
+    = (rows, inverse) such that index == rows[inverse], an intB codec shared by several blocks encodes each
+    distinct row once and copies its record to every block that sends it (a boundary row goes to ~3
+    peers): same distribution per receiver, a third of the encoding.
     """
     x = x.flatten(1)
     nbytes = [wire_bytes(r, x.shape[1], c) for r, c in zip(splits, codecs)]
@@ -282,10 +286,20 @@ def encode_split(x: torch.Tensor, index: torch.Tensor | None, splits: list[int],
         blocks = [(b, None) for b in torch.split(x.contiguous(), splits)]
     else:
         blocks = [(x, idx) for idx in torch.split(index, splits)]
+    shared = {}  # codec -> (records of the distinct rows, their scales)
+    if distinct is not None and index is not None:
+        used = [c for c, n in zip(codecs, splits) if n and c not in FLOAT_CODECS]
+        for name in {c for c in used if used.count(c) > 1}:
+            shared[name] = encode_rows(x, name, generator, index=distinct[0], ranges=ranges)
+        inverse = torch.split(distinct[1], splits)
     scales = []
-    for (block, idx), buf, count, name in zip(blocks, torch.split(out, nbytes), splits, codecs):
+    for p, ((block, idx), buf, count, name) in enumerate(zip(blocks, torch.split(out, nbytes), splits, codecs)):
         scale = None
-        if count:
+        if count and name in shared:
+            records, all_scales = shared[name]
+            torch.index_select(records, 0, inverse[p], out=buf.view(count, -1))
+            scale = all_scales[inverse[p]]
+        elif count:
             _, scale = encode_rows(block, name, generator, out=buf, index=idx, ranges=ranges)
         scales.append(scale)
     return scales

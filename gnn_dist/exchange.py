@@ -164,6 +164,7 @@ class HaloExchange:
         self._sent_ref: dict[str, torch.Tensor] = {}
         self._held: dict[str, torch.Tensor] = {}
         self._static: tuple | None = None  # (input features, their halo rows), fetched once
+        self._distinct: tuple | None = None  # (send_idx, its distinct rows, inverse)
         self._provided: tuple | None = None  # (tensor, its halo rows): start() on that tensor sends nothing
         self.device = send_idx.device
         self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
@@ -177,6 +178,12 @@ class HaloExchange:
     @property
     def num_peers(self) -> int:
         return len(self.send_counts)
+
+    def _distinct_send_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows, inverse) with send_idx == rows[inverse]: each boundary row is encoded once, whatever its peers."""
+        if self._distinct is None or self._distinct[0] is not self.send_idx:  # a new plan (snapshots) resets it
+            self._distinct = (self.send_idx, *torch.unique(self.send_idx, return_inverse=True))
+        return self._distinct[1:]
 
     def bits_for(self, channel: str, src: int, dst: int) -> str:
         """Codec name of the block `src` sends to `dst` on `channel` (same answer on every rank)."""
@@ -251,7 +258,8 @@ class HaloExchange:
             return Pending(work, lambda: out.view(out_rows, *tail), stats)
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
         send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=source.device)
-        scales = codec.encode_split(source, index, in_splits, send_names, send_buf)  # straight into the buffer
+        distinct = self._distinct_send_rows() if index is self.send_idx else None
+        scales = codec.encode_split(source, index, in_splits, send_names, send_buf, distinct=distinct)
         for p, (scale, count) in enumerate(zip(scales, in_splits)):
             if scale is not None:
                 stats.qvar = stats.qvar + (scale.double() ** 2).sum() * (width / 6.0)

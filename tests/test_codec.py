@@ -122,3 +122,25 @@ def test_a_nan_anywhere_in_a_row_reaches_the_receiver(width, backend):
     rows, _ = codec.encode_rows(x, "int4", torch.Generator().manual_seed(0))
     d = codec.decode_rows(rows, "int4", width)
     assert torch.isnan(d[1]).any() and not torch.isnan(d[[0, 2, 3]]).any()
+
+
+@pytest.mark.parametrize("bits", codec.INT_BITS)
+def test_a_row_sent_to_several_peers_is_encoded_once(bits, backend):
+    """encode_split with `distinct`: blocks sharing a codec carry the distinct rows' records, copied;
+    a block with a codec of its own is encoded as without `distinct`."""
+    x = torch.randn(30, 12)
+    index = torch.tensor([4, 9, 2, 9, 4, 17, 2, 25, 9, 4])  # 3 blocks; rows 4, 9 and 2 go to several
+    splits, names = [3, 4, 3], [f"int{bits}", f"int{bits}", "int8" if bits != 8 else "int4"]
+    nbytes = [codec.wire_bytes(r, 12, n) for r, n in zip(splits, names)]
+    out = torch.empty(sum(nbytes), dtype=torch.uint8)
+    scales = codec.encode_split(x, index, splits, names, out, torch.Generator().manual_seed(0),
+                                distinct=torch.unique(index, return_inverse=True))
+    blocks = torch.split(out, nbytes)
+    decoded = [codec.decode_rows(b, n, 12) for b, n in zip(blocks, names)]
+    for a, b in ((0, 1), (1, 0), (2, 3)):  # rows 4, 9, 2: one record each, in both blocks
+        assert torch.equal(decoded[0][a], decoded[1][b]) and torch.equal(scales[0][a], scales[1][b])
+    for d, idx, name in zip(decoded, torch.split(index, splits), names):
+        step = (x.amax(1) - x.amin(1)) / (2 ** int(name[3:]) - 1)
+        assert ((d - x[idx]).abs() <= step[idx, None] * 1.001 + 1e-6).all()
+    single, _ = codec.encode_rows(x, names[2], torch.Generator().manual_seed(5), index=index[7:])
+    assert blocks[2].numel() == single.numel()  # the lone codec's block: encoded directly

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -91,7 +92,7 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
             and fused.available()):
         out = torch.empty_like(x2)
         fused.kernels().keyed_dropout_rows(x2.contiguous().numpy(), out.numpy(), ids.numpy(), _drop_below(p),
-                                           scale, key)
+                                           scale, np.uint64(key))  # one signature for keys above 2^63 too
         return out.view_as(x)
     w = x2.shape[1]
     idx = ids.to(x.device, torch.int64).view(-1, 1) * w + torch.arange(w, device=x.device)
