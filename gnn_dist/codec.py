@@ -49,6 +49,17 @@ def packed_width(width: int, bits: int) -> int:
     return (width + per - 1) // per
 
 
+def for_width(codec: str, width: int) -> str:
+    """The codec a row of `width` values travels in: int8 becomes fp16 for rows of at most 8 values.
+
+    An int8 record is width + 8 bytes (codes, then the row's min and scale),
+    fp16 is 2 width: for such rows fp16 costs no more, rounds to 11 bits
+    instead of 8, and is a cast rather than a quantisation (a GCN's last
+    layer sends rows as wide as the class count).
+    """
+    return "fp16" if codec == "int8" and width <= 8 else codec
+
+
 def wire_bytes(rows: int, width: int, codec: str) -> int:
     """Bytes a block costs on the wire; both sides compute it, so no size handshake is needed."""
     if codec in FLOAT_CODECS:

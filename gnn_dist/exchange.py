@@ -246,10 +246,10 @@ class HaloExchange:
         source = rows.flatten(1)
         width, dtype = source.shape[1], source.dtype
         stats = self.stats[channel or label or f"{direction}.eval"]
-        send_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, self.rank, p))
-                      for p in range(self.num_peers)]
-        recv_names = [("fp32" if channel is None or dtype != torch.float32 else self.bits_for(channel, p, self.rank))
-                      for p in range(self.num_peers)]
+        send_names = [("fp32" if channel is None or dtype != torch.float32
+                       else codec.for_width(self.bits_for(channel, self.rank, p), width)) for p in range(self.num_peers)]
+        recv_names = [("fp32" if channel is None or dtype != torch.float32
+                       else codec.for_width(self.bits_for(channel, p, self.rank), width)) for p in range(self.num_peers)]
         if all(n == "fp32" for n in send_names + recv_names):
             flat = (source[index] if index is not None else source).contiguous()
             out = torch.empty(out_rows, width, dtype=dtype, device=flat.device)

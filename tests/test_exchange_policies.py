@@ -47,7 +47,20 @@ def test_codecs_travel_and_decode(group, name):
     step = (x[::2].amax(1) - x[::2].amin(1)).max() / (2 ** int(name[3:]) - 1) if name.startswith("int") else 0.02
     assert (got - x[::2]).abs().max() <= step * 1.01 + 1e-6
     sent = ex.epoch_metrics()["fwd.L0"]["bytes"][0]
-    assert sent == codec.wire_bytes(25, 6, name)
+    assert sent == codec.wire_bytes(25, 6, codec.for_width(name, 6))
+
+
+@pytest.mark.parametrize("width", [8, 9])
+def test_int8_rows_of_at_most_8_values_travel_as_fp16(group, width):
+    """An int8 record of w values is w + 8 bytes: fp16 (2w) costs no more there, and is far more precise."""
+    x = torch.randn(50, width)
+    ex = make(ExchangeConfig(codec="int8"))
+    got = epoch(ex, x)
+    sent = ex.epoch_metrics()["fwd.L0"]["bytes"][0]
+    if width <= 8:
+        assert sent == 25 * 2 * width and torch.equal(got, x[::2].half().float())
+    else:
+        assert sent == 25 * (width + 8) and not torch.equal(got, x[::2].half().float())
 
 
 def test_evaluation_is_exact_even_with_a_codec(group):
