@@ -211,6 +211,8 @@ class HaloExchange:
         out = {}
         for name in sorted(self.stats):
             rec = self.stats[name].reset()
+            if not rec["calls"]:  # e.g. the one-off input fetch, after its epoch
+                continue
             train = not name.endswith("eval") and name != STATIC
             rec["staleness"] = self.config.staleness if train else 0
             if self.policy is not None and train:

@@ -95,7 +95,8 @@ def summarise_run(path: str) -> str:
         for name, c in r.get("halo", {}).items():
             agg = channels.setdefault(name, {"bytes": None, "wait_s": 0.0, "qvar": 0.0, "n": 0, "staleness": 0, "bits": None})
             b = c.get("bytes") or []
-            agg["bytes"] = b if agg["bytes"] is None else [x + y for x, y in zip(agg["bytes"], b)]
+            if b:  # a channel absent from an epoch sent nothing then
+                agg["bytes"] = b if agg["bytes"] is None else [x + y for x, y in zip(agg["bytes"], b)]
             agg["wait_s"] += c.get("wait_s", 0.0)
             agg["qvar"] += c.get("qvar", 0.0)
             agg["n"] += 1
@@ -106,8 +107,8 @@ def summarise_run(path: str) -> str:
                      f"{'bits per peer':<16} {'quant var':>10}")
         for name in sorted(channels):
             a = channels[name]
-            kb = "/".join(f"{x / a['n'] / 1e3:.1f}" for x in (a["bytes"] or []))
+            kb = "/".join(f"{x / n / 1e3:.1f}" for x in (a["bytes"] or []))  # over all epochs: one-offs amortised
             bits = "/".join(str(b) for b in a["bits"]) if a["bits"] else "-"
-            lines.append(f"{name:<10} {kb:<36} {1e3 * a['wait_s'] / a['n']:>8.2f} {a['staleness']:>5} {bits:<16} "
+            lines.append(f"{name:<10} {kb:<36} {1e3 * a['wait_s'] / n:>8.2f} {a['staleness']:>5} {bits:<16} "
                          f"{a['qvar'] / a['n']:>10.3g}")
     return "\n".join(lines)
