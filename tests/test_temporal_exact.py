@@ -76,15 +76,15 @@ def test_dynamic_models_match_single_process_pyg(world, sequences, references, t
                 z = np.load(out / f"{name}-{kind}-rank{rank}.npz")
                 assert bool(z["variants_identical"]), f"{name}/{kind}: no-overlap or rebuilt plans differ"
                 preds[:, z["global_ids"]] = z["preds"]
-                grads, losses, q = [z[f"grad_{i}"] for i in range(len(ref_grads))], z["losses"], z["int8_losses"]
+                grads, losses, q = [z[f"grad_{i}"] for i in range(len(ref_grads))], z["losses"], z["int4_losses"]
                 for i, (a, b) in enumerate(zip(grads, ref_grads)):
                     np.testing.assert_allclose(a, b.float().numpy(), rtol=1e-5, atol=1e-6,
                                                err_msg=f"{name}/{kind} grad {i}, P={world}")
                 np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, err_msg=f"{name}/{kind} losses, P={world}")
-                if world > 1:  # int8 messages: close, but quantisation really happened
+                if world > 1:  # int4 messages: close, but quantisation really happened
                     assert np.abs(q - losses).max() < 5e-2 * np.abs(losses).max()
-                    if name == "dsbm":  # covid's cut edges carry tiny normalised weights: int8 barely shows there
-                        assert not np.allclose(q, losses, rtol=0, atol=1e-6), f"{name}/{kind}: int8 changed nothing"
+                    if name == "dsbm":  # covid's cut edges carry tiny normalised weights: int4 barely shows there
+                        assert not np.allclose(q, losses, rtol=0, atol=1e-6), f"{name}/{kind}: int4 changed nothing"
 
             np.testing.assert_allclose(preds, ref_preds.float().numpy(), rtol=1e-5, atol=1e-6,
                                        err_msg=f"{name}/{kind} predictions, P={world}")
