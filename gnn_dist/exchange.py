@@ -300,7 +300,7 @@ class HaloExchange:
         return self._static[1]
 
     def provide(self, x: torch.Tensor, halo) -> None:
-        """Declare that start(x), for exactly this tensor, receives `halo()`; it then sends nothing.
+        """Declare that start(x), for exactly this tensor, receives `halo(self)`; it then sends nothing.
 
         `halo` is called only if a layer does exchange x, so nothing is fetched for a layer that sends XW.
         """
@@ -313,7 +313,7 @@ class HaloExchange:
                 if self._bwd:
                     self.begin_epoch()
                 self._fwd += 1
-            return Ready(self._provided[1]())
+            return Ready(self._provided[1](self))
         x = x.detach()
         if self.exact:
             return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)

@@ -118,8 +118,8 @@ def input_dropout(x: torch.Tensor, graph, p: float, training: bool) -> torch.Ten
     out = keyed_dropout(x, ids[:n], p, key) if drops else x
     ex = graph.exchange
     if ex is not None and ex.config.input_cache:
-        def halo() -> torch.Tensor:  # only if a layer exchanges `out` itself (GCN transforms Cora's X first)
-            rows = ex.static_halo(x)
+        def halo(exchange) -> torch.Tensor:  # only if a layer exchanges `out` itself (GCN transforms Cora's X first)
+            rows = exchange.static_halo(x)  # (the exchange comes as an argument: no reference cycle through it)
             return keyed_dropout(rows, ids[n:], p, key) if drops else rows
 
         ex.provide(out, halo)
