@@ -26,6 +26,11 @@ import torch.distributed as dist
 from gnn_dist.errors import LaunchError
 from gnn_dist.malloc import keep_freed_memory
 
+# Objects in reference cycles (exchange <-> policy, context <-> its failure hooks) keep process groups alive
+# until the interpreter's final collection, where destroying gloo's C++ objects can abort the process
+# ("terminate called without an active exception"): collect them at exit, while the interpreter is whole.
+atexit.register(gc.collect)
+
 
 @dataclass
 class DistContext:
@@ -176,10 +181,6 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
             os.environ["GLOO_SOCKET_IFNAME"] = name
     timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size, timeout=timeout)
-    # objects in reference cycles (exchange <-> policy, context <-> its failure hooks) keep process groups alive
-    # until the interpreter's final collection, where destroying gloo's C++ objects can abort the process
-    # ("terminate called without an active exception"); collect them while the interpreter is whole
-    atexit.register(gc.collect)
     halo_group = dist.new_group(backend=backend, timeout=timeout) if size > 1 else None
     ctx = DistContext(rank, size, local_rank, local_size, device, backend, halo_group)
     if size > 1:

@@ -29,7 +29,7 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
 
 def input_key(seed: int, epoch: int) -> int:
     """Input-dropout key per (seed, epoch), the same on every rank: ranks must drop a node's features alike."""
-    return ((seed * 1_000_003 + epoch + 1) * 0x9E3779B97F4A7C15) % 2**64 >> 1
+    return (((seed * 1_000_003 + epoch + 1) * 0x9E3779B97F4A7C15) % 2**64) >> 1
 
 
 def _append_error(log: Path, rank: int, message: str) -> None:
