@@ -43,6 +43,7 @@ class DistContext:
     halo_group: object = None
     watchdog: "Watchdog | None" = None
     on_fail: list = field(default_factory=list)  # callables(message) run before a failing rank exits
+    _failing: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -57,8 +58,14 @@ class DistContext:
 
         The short grace lets the launcher forward this line (and the other
         survivors, who notice within the same heartbeat, theirs) before the
-        first exit makes mpiexec kill the rest.
+        first exit makes mpiexec kill the rest. The first failure wins: a
+        second thread failing meanwhile (the main thread's broken collective
+        while the watchdog names the dead peer) waits for that exit instead of
+        reporting a second, vaguer reason.
         """
+        if not self._failing.acquire(blocking=False):
+            time.sleep(grace_s + 10.0)
+            os._exit(code)
         for hook in self.on_fail:  # e.g. the trainer notes the reason in its JSONL log
             try:
                 hook(message)
@@ -242,7 +249,10 @@ class Watchdog:
 
     def _lose(self, rank: int, why: str) -> None:
         self.lost = rank
-        self.ctx.fail(f"rank {rank} lost ({why}); aborting", code=3)
+        # rank 0 hosts the store: lingering a few heartbeats longer lets every survivor see the same dead
+        # peer before the store goes and they would blame rank 0 instead
+        grace = 1.0 + (3 * self.period if self.ctx.rank == 0 else 0.0)
+        self.ctx.fail(f"rank {rank} lost ({why}); aborting", code=3, grace_s=grace)
 
     def blame(self, wait_s: float | None = None) -> int | None:
         """After a failed collective, give the watchdog time to name the dead peer (it exits the process)."""
