@@ -40,7 +40,8 @@ def direct_launch(part: Path, log: Path, ckpt: Path, world: int = 4) -> list[sub
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cmd = train_cmd(part, log, ckpt)[train_cmd(part, log, ckpt).index(sys.executable):]
+    cmd = train_cmd(part, log, ckpt)
+    cmd = cmd[cmd.index(sys.executable):]  # the rank's own command, without mpiexec
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
