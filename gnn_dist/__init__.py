@@ -1,10 +1,12 @@
 """gnn-dist: distributed full-graph GNN training over METIS partitions with halo exchange.
 
     import gnn_dist as gd
-    ctx = gd.init()                                  # MPI / torchrun -> torch.distributed
-    part = gd.load_partition("out/cora-4", ctx)      # this rank's LocalGraph
-    model = gd.nn.build_model("gcn", part.num_features, 16, part.num_classes)
-    gd.Trainer(model, part, ctx).fit(epochs=200)
+    with gd.init() as ctx:                           # MPI / torchrun -> torch.distributed; closes at exit
+        part = gd.load_partition("out/cora-4", ctx)  # this rank's LocalGraph
+        model = gd.nn.build_model("gcn", part.num_features, 16, part.num_classes)
+        gd.Trainer(model, part, ctx).fit(epochs=200)
+
+Layers subclass `gd.nn.MessagePassing`; `dir(gd)` and `dir(gd.nn)` list the public API.
 """
 import importlib
 
@@ -14,9 +16,15 @@ _EXPORTS = {
     "LocalGraph": "gnn_dist.graph", "DistContext": "gnn_dist.launch", "init": "gnn_dist.launch",
     "load_partition": "gnn_dist.loader", "Trainer": "gnn_dist.trainer", "load_hetero_partition": "gnn_dist.hetero",
     "local_hetero": "gnn_dist.hetero", "SnapshotSequence": "gnn_dist.snapshots",
-    "TemporalTrainer": "gnn_dist.temporal_trainer",
+    "TemporalTrainer": "gnn_dist.temporal_trainer", "LinkTrainer": "gnn_dist.link",
+    "ExchangeConfig": "gnn_dist.exchange", "ModelConfig": "gnn_dist.nn.registry",
+    "InputError": "gnn_dist.errors", "LaunchError": "gnn_dist.errors",
 }
 __all__ = ["nn", *_EXPORTS]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__ + ["__version__"])
 
 
 def __getattr__(name: str):

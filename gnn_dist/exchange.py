@@ -9,7 +9,8 @@ Each (direction, layer) is a channel. Per channel and peer, messages may be
 encoded (`codec`, or `adaptive` bit-widths from `gnn_dist.adaptive`), reused
 from up to `staleness` epochs ago while the fresh block travels in the
 background (PipeGCN), or sent only for rows that changed by more than
-`skip_threshold` (Sancus). Evaluation (`exact`) always sends fp32, fresh.
+`skip_threshold` (Sancus). Channels are named by the module that exchanges
+(`channel`); evaluation gets no channel and always sends fp32, fresh.
 
 The input features never change, so with `input_cache` their halo crosses
 the wire once (`static_halo`); the model drops it locally with masks keyed by
@@ -53,6 +54,8 @@ class ExchangeConfig:
     adaptive_every: int = 50  # adaptive: re-solve bit-widths every N epochs
     budget_bits: int = 4  # adaptive: each link may spend the wire time of uniform int<budget_bits>
     input_cache: bool = True  # fetch the input features' halo once; exact (see input_dropout)
+    # adaptive: a pinned link model {(src, dst): (seconds per byte, seconds per message)}; None: measured at start
+    links: dict | None = None
 
     def validate(self) -> "ExchangeConfig":
         if self.codec not in codec.CODECS + ("adaptive",):
@@ -156,9 +159,12 @@ class HaloExchange:
         self.send_idx, self.send_counts, self.recv_counts = send_idx, list(send_counts), list(recv_counts)
         self.group, self.rank = group, rank
         self.config = (config or ExchangeConfig()).validate()
-        self.exact = False  # set by the trainer while evaluating
         self.stats: dict[str, ChannelStats] = collections.defaultdict(ChannelStats)
-        self.epoch, self._fwd, self._bwd, self.num_layers = 0, 0, 0, 0
+        self.epoch = 0  # training steps begun before the current one
+        self._owners: dict = {}  # module (or key) -> channel index, in order of first training use
+        self._step_calls: dict = {}  # owner -> calls within the current step
+        self._step_first = None
+        self._backward_seen = self._backward_ever = False
         self._queues: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self._used: dict[str, torch.Tensor] = {}
         self._sent_ref: dict[str, torch.Tensor] = {}
@@ -192,14 +198,32 @@ class HaloExchange:
         return self.config.codec
 
     # ---------------------------------------------------------------- epochs
-    def begin_epoch(self) -> None:
-        """Channels are numbered by call order within an epoch; a forward after a backward starts the next."""
-        if self._fwd:
-            self.num_layers = max(self.num_layers, self._fwd)
+    def channel(self, owner: object, training: bool) -> str | None:
+        """Name the channel of one exchange by `owner` (the module that exchanges); None when not training.
+
+        Evaluation (no autograd, or a module in eval mode) gets None: exact fp32, fresh, and no
+        staleness, skip, adaptive or step state is touched, so it may run between any two steps.
+        A training call gets "L<i>", i the owner's order of first training use (the same on every
+        rank, as every rank runs the same model), or "L<i>.<k>" for the owner's k-th call within
+        one step. A step ends when gradients went back; a model that never sends any (one layer
+        over input features) starts the next step when its first owner exchanges again.
+        """
+        if not training:
+            return None
+        new_step = self._backward_seen or (not self._backward_ever and owner is self._step_first
+                                           and owner in self._step_calls)
+        if new_step:
             self.epoch += 1
-        self._fwd = self._bwd = 0
-        if self.policy is not None:
-            self.policy.maybe_solve(self.epoch)
+            self._step_calls.clear()
+            self._backward_seen = False
+            if self.policy is not None:
+                self.policy.maybe_solve(self.epoch)
+        if not self._step_calls:
+            self._step_first = owner
+        index = self._owners.setdefault(owner, len(self._owners))
+        k = self._step_calls.get(owner, 0)
+        self._step_calls[owner] = k + 1
+        return f"L{index}" if k == 0 else f"L{index}.{k}"
 
     def drain(self) -> None:
         """Wait for every background (stale) exchange still in flight: a process group must not close under one."""
@@ -306,33 +330,28 @@ class HaloExchange:
         """
         self._provided = (x, halo)
 
-    def start(self, x: torch.Tensor):
-        """Begin sending the rows peers need (x: this rank's inner rows); returns something to wait on."""
+    def start(self, x: torch.Tensor, channel: str | None = None):
+        """Begin sending the rows peers need (x: this rank's inner rows); returns something to wait on.
+
+        `channel` comes from `channel()`: None sends exact fp32 and touches no training state.
+        """
         if self._provided is not None and x is self._provided[0]:
-            if not self.exact:  # keep the channel numbering: the next layer is still fwd.L1
-                if self._bwd:
-                    self.begin_epoch()
-                self._fwd += 1
             return Ready(self._provided[1](self))
         x = x.detach()
-        if self.exact:
+        if channel is None:
             return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)
-        if self._bwd:
-            self.begin_epoch()
-        channel = f"fwd.L{self._fwd}"
-        self._fwd += 1
+        channel = f"fwd.{channel}"
         if self.config.skip_threshold:
             return self._start_skipping(x[self.send_idx], channel)
         pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, channel, "fwd", self.send_idx)
         return self._through_cache(channel, pending)
 
-    def start_backward(self, halo_grad: torch.Tensor):
-        """Begin returning halo-row gradients to their owners."""
-        if self.exact:
+    def start_backward(self, halo_grad: torch.Tensor, channel: str | None = None):
+        """Begin returning halo-row gradients to their owners, on the channel their forward used."""
+        if channel is None:
             return self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, None, "bwd")
-        layers = max(self.num_layers, self._fwd)
-        channel = f"bwd.L{layers - 1 - self._bwd}"
-        self._bwd += 1
+        self._backward_seen = self._backward_ever = True
+        channel = f"bwd.{channel}"
         pending = self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, channel, "bwd")
         return self._through_cache(channel, pending)
 
@@ -400,13 +419,13 @@ class HaloWait(torch.autograd.Function):
     """Autograd edge for an exchange started outside autograd: forward waits, backward sends gradients home."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, pending, exchange: HaloExchange) -> torch.Tensor:
-        ctx.exchange, ctx.num_inner = exchange, x.shape[0]
+    def forward(ctx, x: torch.Tensor, pending, exchange: HaloExchange, channel: str | None = None) -> torch.Tensor:
+        ctx.exchange, ctx.num_inner, ctx.channel = exchange, x.shape[0], channel
         return pending.wait()
 
     @staticmethod
     def backward(ctx, grad_halo: torch.Tensor):
         ex = ctx.exchange
-        pending = ex.start_backward(grad_halo)
+        pending = ex.start_backward(grad_halo, ctx.channel)
         grad = torch.zeros(ctx.num_inner, *grad_halo.shape[1:], dtype=grad_halo.dtype, device=grad_halo.device)
-        return ex.scatter_back(grad, pending), None, None
+        return ex.scatter_back(grad, pending), None, None, None

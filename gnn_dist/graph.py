@@ -18,7 +18,6 @@ from gnn_dist.exchange import HaloExchange
 from partition.build import PartPlan, build_parts
 from partition.graph import Graph
 
-NORMS = ("none", "raw", "mean", "gcn")
 
 
 def spmm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -143,69 +142,85 @@ class LocalGraph:
             self._ops["global_ids"] = torch.from_numpy(self.global_ids.astype(np.int64)).to(self.device)
         return self._ops["global_ids"]
 
-    def _values(self, norm: str) -> np.ndarray:
-        w = self.edge_weight if self.edge_weight is not None else np.ones(self.num_edges, np.float32)
-        rows = np.repeat(np.arange(self.num_inner), np.diff(self.indptr))
-        if norm == "none":
-            return np.ones(self.num_edges, np.float64)
-        if norm == "raw":
-            return w.astype(np.float64)
-        if norm == "mean":
-            deg = np.maximum(self.in_degree[: self.num_inner], 1)
-            return 1.0 / deg[rows]
-        if norm == "gcn":  # D^-1/2 (A + I) D^-1/2, global weighted in-degrees
-            dinv = 1.0 / np.sqrt(self._gcn_degree())
+    def _weights(self, weighted: bool) -> np.ndarray:
+        """w per local edge: the graph's edge weight, or 1 (unweighted graph, or a layer that ignores weights)."""
+        if weighted and self.edge_weight is not None:
+            return self.edge_weight.astype(np.float64)
+        return np.ones(self.num_edges, np.float64)
+
+    def _rows(self) -> np.ndarray:
+        return np.repeat(np.arange(self.num_inner), np.diff(self.indptr))
+
+    def _values(self, aggr: str, norm: str, weighted: bool) -> np.ndarray:
+        """Coefficient of each local edge in the default message's aggregate (see MessagePassing)."""
+        w, rows = self._weights(weighted), self._rows()
+        if norm == "gcn":  # w_ij / sqrt(d_i d_j), d = loop + incoming w, global degrees
+            dinv = 1.0 / np.sqrt(self._gcn_degree(weighted))
             return w * dinv[self.indices] * dinv[rows]
-        raise ValueError(f"unknown normalisation '{norm}' (choose from {', '.join(NORMS)})")
+        if aggr == "mean":  # w_ij / (global in-degree count)
+            return w / np.maximum(self.in_degree[: self.num_inner], 1)[rows]
+        return w
 
     def _missing_loop(self) -> np.ndarray:
         """1 where GCN adds a unit self loop: nodes that have one keep theirs (PyG's add_remaining_self_loops)."""
         n = self.in_weight.shape[0]
         return np.ones(n) if self.self_loop is None else (~self.self_loop[:n]).astype(np.float64)
 
-    def _gcn_degree(self) -> np.ndarray:
-        return self.in_weight + self._missing_loop()
+    def _gcn_degree(self, weighted: bool = True) -> np.ndarray:
+        return (self.in_weight if weighted else self.in_degree.astype(np.float64)) + self._missing_loop()
 
-    def operator(self, norm: str) -> SplitOperator:
-        """Sparse aggregation matrix for a normalisation, split at the central/marginal boundary."""
-        if norm not in self._ops:
-            a = sp.csr_matrix((self._values(norm), self.indices, self.indptr), shape=(self.num_inner, self.num_src))
-            if norm == "gcn":
-                diag = self._missing_loop()[: self.num_inner] / self._gcn_degree()[: self.num_inner]
-                a = a + sp.csr_matrix((diag, (np.arange(self.num_inner), np.arange(self.num_inner))), shape=a.shape)
-            self._ops[norm] = SplitOperator.from_scipy(a[: self.num_central, : self.num_inner], a[self.num_central:],
-                                                       self.num_inner, self.device)
-        return self._ops[norm]
+    def operator(self, aggr: str = "sum", norm: str = "none", weighted: bool = True) -> SplitOperator:
+        """The default message's aggregation as a sparse matrix, split at the central/marginal boundary.
 
-    def edges(self, self_loops: bool = False) -> dict:
-        """Edge lists (dst row, src col, weight, features or None) of central and marginal rows, for per-edge messages.
-
-        With `self_loops`, existing loops are dropped and one unit loop per inner
-        node is added (PyG's remove + add_self_loops), placed in its row's block;
-        added loops get zero edge features.
+        aggr "sum" or "mean", norm "none" or "gcn" (sum only; adds the remaining unit self loops).
         """
-        if self_loops not in self._edges:
-            rows = np.repeat(np.arange(self.num_inner), np.diff(self.indptr))
-            cols = self.indices
-            w = self.edge_weight if self.edge_weight is not None else np.ones(self.num_edges, np.float32)
+        key = (aggr, norm, weighted)
+        if key not in self._ops:
+            a = sp.csr_matrix((self._values(aggr, norm, weighted), self.indices, self.indptr),
+                              shape=(self.num_inner, self.num_src))
+            if norm == "gcn":
+                diag = self._missing_loop()[: self.num_inner] / self._gcn_degree(weighted)[: self.num_inner]
+                a = a + sp.csr_matrix((diag, (np.arange(self.num_inner), np.arange(self.num_inner))), shape=a.shape)
+            self._ops[key] = SplitOperator.from_scipy(a[: self.num_central, : self.num_inner], a[self.num_central:],
+                                                      self.num_inner, self.device)
+        return self._ops[key]
+
+    def edges(self, loops: str = "keep", norm: str = "none", weighted: bool = True) -> dict:
+        """Edge lists of central and marginal rows for per-edge messages: (dst row in block, src col, weight,
+        features or None, dst local row), destinations sorted.
+
+        `loops`: "keep" the graph's edges; "replace" drops existing loops and adds one unit loop per
+        inner node (PyG's remove + add_self_loops, GAT); "remaining" adds a unit loop where a node has
+        none (PyG's add_remaining_self_loops, GCN). Added loops get zero edge features. The weight is
+        the raw w (1 if not `weighted`), or with norm "gcn" w_ij / sqrt(d_i d_j) (loops: 1 / d_i).
+        """
+        key = (loops, norm, weighted)
+        if key not in self._edges:
+            rows, cols = self._rows(), self.indices
+            w = self._weights(weighted)
+            if norm == "gcn":
+                w = self._values("sum", "gcn", weighted)
             attr = self.edge_attr
-            if self_loops:
-                keep = cols != rows
-                loop = np.arange(self.num_inner)
+            if loops != "keep":
+                keep = cols != rows if loops == "replace" else np.ones(rows.shape[0], bool)
+                loop = np.arange(self.num_inner) if loops == "replace" else \
+                    np.flatnonzero(self._missing_loop()[: self.num_inner] > 0)
+                loop_w = np.ones(loop.shape[0]) if norm != "gcn" else 1.0 / self._gcn_degree(weighted)[loop]
                 rows = np.concatenate([rows[keep], loop])
                 cols = np.concatenate([cols[keep], loop])
-                w = np.concatenate([w[keep], np.ones(self.num_inner, np.float32)])
+                w = np.concatenate([w[keep], loop_w])
                 if attr is not None:
-                    attr = np.concatenate([attr[keep], np.zeros((self.num_inner, attr.shape[1]), np.float32)])
+                    attr = np.concatenate([attr[keep], np.zeros((loop.shape[0], attr.shape[1]), np.float32)])
                 order = np.argsort(rows, kind="stable")
                 rows, cols, w = rows[order], cols[order], w[order]
                 attr = None if attr is None else attr[order]
             split = int(np.searchsorted(rows, self.num_central))
             t = lambda a, dt=torch.int64: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dt)
             a = (lambda lo, hi: None) if attr is None else (lambda lo, hi: t(attr[lo:hi], torch.float32))
-            self._edges[self_loops] = {
-                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32), a(0, split)),
+            self._edges[key] = {
+                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32), a(0, split),
+                            t(rows[:split])),
                 "marginal": (t(rows[split:] - self.num_central), t(cols[split:]), t(w[split:], torch.float32),
-                             a(split, rows.shape[0])),
+                             a(split, rows.shape[0]), t(rows[split:])),
             }
-        return self._edges[self_loops]
+        return self._edges[key]

@@ -30,6 +30,8 @@ from gnn_dist.malloc import keep_freed_memory
 # until the interpreter's final collection, where destroying gloo's C++ objects can abort the process
 # ("terminate called without an active exception"): collect them at exit, while the interpreter is whole.
 atexit.register(gc.collect)
+_OPEN: list["DistContext"] = []  # contexts not yet closed; closed at exit (registered after gc.collect: runs first)
+FAILED_KEY = "gnn_dist/failed"  # set in the store by a rank that fails on its own (a user error): peers stop too
 
 
 @dataclass
@@ -43,7 +45,15 @@ class DistContext:
     halo_group: object = None
     watchdog: "Watchdog | None" = None
     on_fail: list = field(default_factory=list)  # callables(message) run before a failing rank exits
+    closed: bool = False
     _failing: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __enter__(self) -> "DistContext":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.close(clean=exc_type is None)
+        return False
 
     @property
     def is_main(self) -> bool:
@@ -53,8 +63,12 @@ class DistContext:
     def distributed(self) -> bool:
         return dist.is_available() and dist.is_initialized()
 
-    def fail(self, message: str, code: int = 1, grace_s: float = 1.0) -> None:
+    def fail(self, message: str | None, code: int = 1, grace_s: float = 1.0, publish: bool = False) -> None:
         """Report on stderr with the rank prefix and leave without waiting on peers.
+
+        `publish` tells every peer's watchdog that this rank failed on its own (an
+        error in user code), so peers blocked in a collective leave at once and
+        quietly; `message` None leaves quietly (such a peer).
 
         The short grace lets the launcher forward this line (and the other
         survivors, who notice within the same heartbeat, theirs) before the
@@ -66,28 +80,105 @@ class DistContext:
         if not self._failing.acquire(blocking=False):
             time.sleep(grace_s + 10.0)
             os._exit(code)
-        for hook in self.on_fail:  # e.g. the trainer notes the reason in its JSONL log
+        if publish and self.watchdog is not None:
+            try:
+                self.watchdog.store.set(FAILED_KEY, f"{self.rank}\t{message}")
+            except Exception:
+                pass
+            if self.rank == 0:  # the store lives here: stay until every peer's watchdog has read the key
+                grace_s = max(grace_s, 2.5 * self.watchdog.period)
+        for hook in self.on_fail if message is not None else ():  # e.g. the trainer notes it in its JSONL log
             try:
                 hook(message)
             except Exception:
                 pass
         try:
-            sys.stderr.write(f"[rank {self.rank}] gnn-dist: error: {message}\n")
+            if message is not None:
+                sys.stderr.write(f"[rank {self.rank}] gnn-dist: error: {message}\n")
             sys.stderr.flush()
+            sys.stdout.flush()
         except (OSError, ValueError):  # the launcher may already have closed our stderr
             pass
         time.sleep(grace_s)
         os._exit(code)
 
-    def close(self) -> None:
-        """Stop the watchdog thread before the store it polls goes away, then leave together."""
+    def close(self, clean: bool = True) -> None:
+        """Leave torch.distributed in an order that cannot abort; called at exit if not before.
+
+        The watchdog stops first (a store call in flight while the store goes
+        away aborts), then all ranks meet, so rank 0, which hosts the store,
+        leaves last; then the process groups go, and with them gloo's threads,
+        while the interpreter is whole. `clean=False` (leaving on an error) waits
+        at most 10 s for peers that may never come.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        if self in _OPEN:
+            _OPEN.remove(self)
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.distributed:
             try:
-                dist.barrier()
+                if self.backend == "gloo" and self.world_size > 1:
+                    wait = datetime.timedelta(seconds=10) if not clean else None
+                    dist.monitored_barrier(timeout=wait, wait_all_ranks=True)
+                elif clean:
+                    dist.barrier()
+            except Exception:
+                pass
             finally:
                 dist.destroy_process_group()
+        gc.collect()
+
+
+def close_all(clean: bool = True) -> None:
+    """Close every context still open (the launcher on its way out; also run at interpreter exit)."""
+    for ctx in list(_OPEN):
+        ctx.close(clean=clean)
+
+
+def _leave_on_uncaught(hook):
+    """sys.excepthook for a rank with a context: the traceback as usual, then tell the peers and leave.
+
+    Without this, a rank whose script raised would wait at exit for peers that
+    wait in a collective for it.
+    """
+    def excepthook(exc_type, exc, tb):
+        hook(exc_type, exc, tb)
+        ctx = _OPEN[-1] if _OPEN else None
+        if ctx is None or issubclass(exc_type, KeyboardInterrupt):
+            return
+        ctx.fail(None if issubclass(exc_type, SystemExit) else f"{exc_type.__name__}: {exc}", code=1,
+                 grace_s=0.5, publish=True)
+    return excepthook
+
+
+def is_collective_failure(exc: BaseException) -> bool:
+    """Did `exc` come out of a collective (a peer gone, a timeout) rather than out of model code?"""
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return False
+    where = last.tb_frame.f_code
+    return f"torch{os.sep}distributed" in where.co_filename or where.co_name in ("_finish_transfer", "all_sum")
+
+
+def describe_user_error(exc: BaseException) -> str:
+    """One line: the error and the innermost frame of user code (not torch's, not gnn-dist's) that raised it."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    pkg_dirs = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+    user = [f for f in frames if not f.filename.startswith(pkg_dirs)]
+    frame = (user or frames or [None])[-1]
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    where = f" in {frame.filename}:{frame.lineno} ({frame.name})" if frame is not None else ""
+    return f"{type(exc).__name__}{where}: {text} (--debug shows the traceback)"
 
 
 def _interfaces() -> dict[str, str]:
@@ -157,7 +248,11 @@ def _mpi_rendezvous(master_addr: str | None, iface: str | None):
 def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None = None,
          master_addr: str | None = None, expected_world: int | None = None,
          heartbeat_s: float = 1.0, dead_after_s: float = 10.0) -> DistContext:
-    """Start torch.distributed for this process; `expected_world` is checked before any network setup."""
+    """Start torch.distributed for this process; `expected_world` is checked before any network setup.
+
+    The context closes itself at interpreter exit (or use `with gd.init() as ctx:`); a rank whose
+    script dies of an uncaught exception makes its peers leave too.
+    """
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -193,7 +288,14 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     if size > 1:
         ctx.watchdog = Watchdog(ctx, heartbeat_s, dead_after_s)
         ctx.watchdog.start()
+    if not _OPEN and not getattr(sys.excepthook, "gnn_dist", False):
+        sys.excepthook = _leave_on_uncaught(sys.excepthook)
+        sys.excepthook.gnn_dist = True
+    _OPEN.append(ctx)
     return ctx
+
+
+atexit.register(close_all)
 
 
 class Watchdog:
@@ -230,6 +332,9 @@ class Watchdog:
             beat += 1
             try:
                 self.store.set(f"gnn_dist/hb/{me}", str(beat))
+                if self.store.check([FAILED_KEY]):  # a peer failed on its own and said so: leave quietly
+                    self.lost = int(self.store.get(FAILED_KEY).decode().split("\t")[0])
+                    self.ctx.fail(None, code=3, grace_s=0.2)
                 for r in range(n):
                     if r == me:
                         continue

@@ -61,8 +61,9 @@ class LinkTrainer:
         h = self.model(g.x, g)
         if g.exchange is None:
             return h
-        pending = g.exchange.start(h)
-        return torch.cat([h, HaloWait.apply(h, pending, g.exchange)])
+        channel = g.exchange.channel(self, self.model.training and torch.is_grad_enabled())
+        pending = g.exchange.start(h, channel)
+        return torch.cat([h, HaloWait.apply(h, pending, g.exchange, channel)])
 
     def train_step(self, epoch: int) -> float:
         self.model.train()
@@ -104,15 +105,9 @@ class LinkTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        self.model.eval()
+        self.model.eval()  # exact messages (no autograd, eval mode)
         g = self.graph
-        if g.exchange is not None:
-            g.exchange.exact = True
-        try:
-            h = self.model(g.x, g)
-        finally:
-            if g.exchange is not None:
-                g.exchange.exact = False
+        h = self.model(g.x, g)
         mine = set(g.global_ids[: g.num_inner].tolist())
         local_of = {v: i for i, v in enumerate(g.global_ids[: g.num_inner].tolist())}
         res = {}

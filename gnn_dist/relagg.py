@@ -88,11 +88,12 @@ def build_plan(graph: LocalGraph, arrays: dict, rank: int) -> RelAggPlan:
                       torch.from_numpy(arrays["pos"]).to(dev), op, ex.group, ex)
 
 
-def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int], plan: RelAggPlan):
+def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int], plan: RelAggPlan,
+                training: bool):
     out = send.new_empty(out_rows, send.shape[1])
     work = dist.all_to_all_single(out, send, out_splits, in_splits, group=plan.group, async_op=True)
     if plan.exchange is not None:
-        stats = plan.exchange.stats["raf.eval" if plan.exchange.exact else "raf"]
+        stats = plan.exchange.stats["raf" if training else "raf.eval"]
         stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits)
     return out, work
 
@@ -101,13 +102,16 @@ class RelAggSpMM(torch.autograd.Function):
     """[R, n_inner, F] per-relation mean aggregates of x; raw halo rows and partial aggregates in one exchange."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, plan: RelAggPlan, graph: LocalGraph, num_relations: int) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, plan: RelAggPlan, graph: LocalGraph, num_relations: int,
+                channel: str | None) -> torch.Tensor:
+        """`channel`: None when evaluating (counted as raf.eval); the sums are exact fp32 either way."""
         ctx.plan, ctx.graph, ctx.num_relations = plan, graph, num_relations
         blocks = []
         raw = x[plan.send_idx]
         for p, (rows, k) in enumerate(zip(torch.split(raw, plan.raw_send), plan.sums)):
             blocks += [rows] + ([plan.sums[p] @ x] if k is not None else [])
-        recv, work = _all_to_all(torch.cat(blocks), sum(plan.recv_splits), plan.recv_splits, plan.send_splits, plan)
+        recv, work = _all_to_all(torch.cat(blocks), sum(plan.recv_splits), plan.recv_splits, plan.send_splits, plan,
+                                  channel is not None)
         op, n, nc, f = plan.op, graph.num_inner, graph.num_central, x.shape[1]
         out_c = op.central @ x if op.central.shape[0] else x.new_zeros(0, f)
         work.wait()
@@ -132,7 +136,7 @@ class RelAggSpMM(torch.autograd.Function):
         blocks = []
         for hb, pb in zip(torch.split(halo_g, plan.raw_recv), torch.split(partial_g, plan.agg_recv)):
             blocks += [hb, pb]
-        recv, work = _all_to_all(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits, plan)
+        recv, work = _all_to_all(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits, plan, True)
         g_x = spmm(op.local_t, g_m)
         if nc:
             g_x += op.central_t @ g_c
@@ -143,4 +147,4 @@ class RelAggSpMM(torch.autograd.Function):
             if plan.sums_t[p] is not None:
                 g_x += plan.sums_t[p] @ b[plan.raw_send[p]:]
         g_x.index_add_(0, plan.send_idx, torch.cat(raw_parts))
-        return g_x, None, None, None
+        return g_x, None, None, None, None

@@ -69,7 +69,6 @@ class SnapshotSequence:
         self.recv_bounds = np.concatenate(([0], np.cumsum(plan.recv_counts)))
         self._cached: list[SnapshotGraph] = []
         self.plan_seconds = 0.0  # time spent deriving plans, summed over all passes
-        self.exact = False
         self._seen: dict[int, HaloExchange] = {}  # exchanges used since the last `take_bytes`
         self._last: SnapshotGraph | None = None  # the snapshot most recently handed out
         self._resume: tuple | None = None  # derivation state after the last cached snapshot
@@ -175,7 +174,6 @@ class SnapshotSequence:
                               np.bincount(self.send_peer[sel], minlength=self.ctx.world_size).tolist(),
                               np.bincount(self.halo_owner[halo], minlength=self.ctx.world_size).tolist(),
                               self.ctx.halo_group, self.config, self.ctx.rank)
-            ex.exact = self.exact
         empty = torch.zeros(n_in, 0, device=dev)
         no = torch.zeros(n_in, dtype=torch.bool, device=dev)
         graph = LocalGraph(
@@ -199,10 +197,3 @@ class SnapshotSequence:
                     total += sum(rec["bytes"])
         self._seen = {}
         return total
-
-    def set_exact(self, exact: bool) -> None:
-        """Evaluation sends exact fp32 (cached graphs keep their exchange objects)."""
-        self.exact = exact
-        for sg in self._cached + ([self._last] if self._last is not None else []):
-            if sg.graph.exchange is not None:
-                sg.graph.exchange.exact = exact

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from gnn_dist.errors import InputError
 from gnn_dist.collectives import all_sum, broadcast, make_optimizer, sum_gradients, sync_parameters
 from gnn_dist.launch import DistContext
 from gnn_dist.nn.temporal import detach_state
@@ -31,7 +32,7 @@ class TemporalTrainer:
                  optimizer: str = "adam", lr: float = 0.01, weight_decay: float = 0.0, seed: int = 0,
                  log_path: str | None = None, eval_every: int = 1, progress: bool = True):
         if not 1 <= window <= seq.num_train:
-            raise ValueError(f"--window {window} is longer than the {seq.num_train} training snapshots "
+            raise InputError(f"--window {window} is longer than the {seq.num_train} training snapshots "
                              f"(of {seq.num_snapshots}); choose 1..{seq.num_train}")
         self.model, self.seq, self.ctx, self.window = model.to(ctx.device), seq, ctx, window
         self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])
@@ -62,7 +63,6 @@ class TemporalTrainer:
 
     def train_epoch(self) -> float:
         self.model.train()
-        self.seq.set_exact(False)
         state = self.model.init_state(self.seq.num_inner)
         total, window_loss, in_window = 0.0, None, 0
         for t, sg in enumerate(self.seq):
@@ -86,22 +86,18 @@ class TemporalTrainer:
     def evaluate(self) -> dict:
         """Replay all snapshots from the initial state with exact messages; score train and test periods."""
         self.model.eval()
-        self.seq.set_exact(True)
         state = self.model.init_state(self.seq.num_inner)
         sums = torch.zeros(6, dtype=torch.float64)  # loss/score train, test; last-value train, test
-        try:
-            for t, sg in enumerate(self.seq):
-                out, state = self._step(t, sg, state)
-                k = 0 if t < self.seq.num_train else 1
-                y = self.seq.y[t]
-                if self.seq.task == "regression":
-                    sums[k] += float(F.mse_loss(out.squeeze(-1), y, reduction="sum"))
-                    sums[2 + k] += float(F.mse_loss(self.seq.x[t][:, -1], y, reduction="sum"))
-                else:
-                    sums[k] += float((out.argmax(dim=1) == y).sum())
-                sums[4 + k] += y.shape[0]
-        finally:
-            self.seq.set_exact(False)
+        for t, sg in enumerate(self.seq):
+            out, state = self._step(t, sg, state)
+            k = 0 if t < self.seq.num_train else 1
+            y = self.seq.y[t]
+            if self.seq.task == "regression":
+                sums[k] += float(F.mse_loss(out.squeeze(-1), y, reduction="sum"))
+                sums[2 + k] += float(F.mse_loss(self.seq.x[t][:, -1], y, reduction="sum"))
+            else:
+                sums[k] += float((out.argmax(dim=1) == y).sum())
+            sums[4 + k] += y.shape[0]
         s = all_sum(sums, self.ctx).tolist()
         metric = "mse" if self.seq.task == "regression" else "acc"
         rec = {f"train_{metric}": s[0] / max(s[4], 1), f"test_{metric}": s[1] / max(s[5], 1)}
@@ -113,14 +109,10 @@ class TemporalTrainer:
     def predict(self) -> torch.Tensor:
         """Outputs of every snapshot, [T, inner rows (union order), out], exact messages."""
         self.model.eval()
-        self.seq.set_exact(True)
         state, outs = self.model.init_state(self.seq.num_inner), []
-        try:
-            for t, sg in enumerate(self.seq):
-                out, state = self._step(t, sg, state)
-                outs.append(out)
-        finally:
-            self.seq.set_exact(False)
+        for t, sg in enumerate(self.seq):
+            out, state = self._step(t, sg, state)
+            outs.append(out)
         return torch.stack(outs)
 
     # ------------------------------------------------------------------ loop

@@ -18,8 +18,10 @@ from tqdm import tqdm
 
 from gnn_dist import checkpoint
 from gnn_dist.collectives import all_sum, broadcast, make_optimizer, make_schedule, sum_gradients, sync_parameters
+from gnn_dist.errors import InputError
 from gnn_dist.graph import LocalGraph
 from gnn_dist.launch import DistContext
+from gnn_dist.nn.norm import per_rank_batch_norms
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -59,8 +61,12 @@ class Trainer:
         self.checkpoint_every, self.eval_every, self.progress = checkpoint_every, eval_every, progress
         self.num_train = int(all_sum(torch.tensor([float(graph.train_mask.sum())]), ctx)[0])
         if self.num_train == 0:
-            raise ValueError("no training nodes in the partition (train mask empty on every rank)")
+            raise InputError("no training nodes in the partition (train mask empty on every rank)")
         sync_parameters(self.model, ctx)
+        per_rank = per_rank_batch_norms(self.model)
+        if per_rank and ctx.world_size > 1 and ctx.is_main:
+            sys.stderr.write(f"[gnn-dist] warning: {', '.join(per_rank)} normalise each rank's rows apart (torch "
+                             f"BatchNorm); gnn_dist.nn.BatchNorm uses every rank's rows, as one process would\n")
         if log_path:  # why the run ended, even if the launcher drops our stderr: any rank that fails first
             ctx.on_fail.append(lambda message: _append_error(Path(log_path), ctx.rank, message))
 
@@ -83,14 +89,8 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict:
         g = self.graph
-        self.model.eval()
-        if g.exchange is not None:
-            g.exchange.exact = True  # evaluation uses exact messages
-        try:
-            pred = self.model(g.x, g).argmax(dim=1)
-        finally:
-            if g.exchange is not None:
-                g.exchange.exact = False
+        self.model.eval()  # no autograd, eval mode: every exchange is exact and leaves training state alone
+        pred = self.model(g.x, g).argmax(dim=1)
         counts = []
         for m in (g.train_mask, g.val_mask, g.test_mask):
             counts += [float((pred[m] == g.y[m]).sum()), float(m.sum())]

@@ -28,9 +28,10 @@ def make(cfg: ExchangeConfig, n: int = 50) -> HaloExchange:
 
 
 def epoch(ex: HaloExchange, x: torch.Tensor) -> torch.Tensor:
-    """One training-like round: forward exchange, then a backward one (which ends the epoch)."""
-    got = ex.start(x).wait()
-    ex.start_backward(torch.zeros_like(got)).wait()
+    """One training-like round: forward exchange, then a backward one (which ends the step)."""
+    channel = ex.channel("layer", training=True)
+    got = ex.start(x, channel).wait()
+    ex.start_backward(torch.zeros_like(got), channel).wait()
     return got
 
 
@@ -66,8 +67,19 @@ def test_int8_rows_of_at_most_8_values_travel_as_fp16(group, width):
 def test_evaluation_is_exact_even_with_a_codec(group):
     x = torch.randn(50, 6)
     ex = make(ExchangeConfig(codec="int2"))
-    ex.exact = True
-    assert torch.equal(ex.start(x).wait(), x[::2])
+    assert ex.channel("layer", training=False) is None
+    assert torch.equal(ex.start(x, None).wait(), x[::2])
+
+
+def test_channels_are_named_by_module_and_call_within_a_step(group):
+    ex = make(ExchangeConfig())
+    first, second = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    for _ in range(3):  # three steps: the names repeat, whatever ran in between
+        names = [ex.channel(first, True), ex.channel(second, True), ex.channel(second, True)]
+        assert ex.channel(first, False) is None  # an evaluation in the middle changes nothing
+        assert names == ["L0", "L1", "L1.1"]
+        ex.start_backward(torch.zeros(25, 1), "L1.1").wait()
+    assert ex.epoch == 2
 
 
 def test_staleness_hands_out_last_epochs_block(group):

@@ -55,9 +55,10 @@ def test_side_stream_exchange_round_trip(nccl_world_of_one, name):
     send_idx = torch.arange(0, 4000, 2, device=dev)
     ex = HaloExchange(send_idx, [send_idx.numel()], [send_idx.numel()], None, ExchangeConfig(codec=name))
     x = torch.randn(4000, 64, device=dev, requires_grad=True)
-    pending = ex.start(x)
+    channel = ex.channel("layer", training=True)
+    pending = ex.start(x, channel)
     busy = x.detach() @ torch.randn(64, 64, device=dev)  # default-stream work while the side stream sends
-    halo = HaloWait.apply(x, pending, ex)
+    halo = HaloWait.apply(x, pending, ex, channel)
     want = x.detach()[send_idx]
     if name == "fp32":
         assert torch.equal(halo, want)

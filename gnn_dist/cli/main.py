@@ -32,10 +32,15 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        rc = int(args.run(args) or 0)
     except (PartitionError, UsageError, LaunchError) as e:
         sys.stderr.write(f"gnn-dist {args.command}: error: {e}\n")
-        return 2
+        rc = 2
     except KeyboardInterrupt:
         sys.stderr.write(f"gnn-dist {args.command}: interrupted\n")
-        return 130
+        rc = 130
+    if "torch" in sys.modules:  # leave torch.distributed together, before the interpreter winds down
+        from gnn_dist.launch import close_all
+
+        close_all(clean=rc == 0)
+    return rc

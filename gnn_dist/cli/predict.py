@@ -39,37 +39,28 @@ def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from gnn_dist.checkpoint import load
+    from gnn_dist.cli.train import build_user_or_builtin, check_model, load_graph
     from gnn_dist.launch import init
+    from gnn_dist.nn import registry
 
     saved = load(args.model_file)
     if not isinstance(saved, dict) or "model" not in saved or "args" not in saved:
         raise UsageError(f"{args.model_file} is not a model saved by gnn-dist train --save-model")
     t = argparse.Namespace(**saved["args"])
+    check_model(t.model)  # a user's model must still be importable from here
     ctx = init(backend=args.backend, timeout_s=args.timeout, expected_world=meta["num_parts"])
-    if meta.get("format_version") == 2:
-        from gnn_dist.hetero import load_hetero_partition
-        from gnn_dist.nn.hetero import HeteroGNN
-
-        graph = load_hetero_partition(args.partition, ctx)
-        model = HeteroGNN(t.model, graph.types.feature_dims, t.hidden, graph.num_classes, meta["edge_types"],
-                          t.layers, t.num_bases or None, t.dropout)
-    else:
-        from gnn_dist.loader import load_partition
-        from gnn_dist.nn import build_model
-
-        graph = load_partition(args.partition, ctx)
-        if getattr(t, "normalize_features", False):
-            graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1)
-        model = build_model(t.model, graph.num_features, t.hidden, graph.num_classes, t.layers, t.dropout, t.heads)
+    t.partition = args.partition
+    graph = load_graph(t, ctx, meta)
+    model = build_user_or_builtin(t, ctx, graph, meta, t.hidden if getattr(t, "task", "node") == "link" else graph.num_classes)
+    if args.output == "embeddings" and not registry.accepts_embed(model):
+        raise UsageError(f"--output embeddings needs a model whose forward takes embed=True; {t.model}'s does not")
     try:
         model.load_state_dict(saved["model"])
     except RuntimeError as e:
         raise UsageError(f"{args.model_file} does not fit this partition: {str(e).splitlines()[0]}") from None
-    model.to(ctx.device).eval()
-    if graph.exchange is not None:
-        graph.exchange.exact = True
+    model.to(ctx.device).eval()  # eval mode under no_grad: exact messages
     with torch.no_grad():
-        out = model(graph.x, graph, embed=args.output == "embeddings")
+        out = model(graph.x, graph, embed=True) if args.output == "embeddings" else model(graph.x, graph)
     if args.output == "probs":
         out = out.softmax(dim=1)
     elif args.output == "labels":

@@ -11,9 +11,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a GNN on a partition (launch with mpiexec -n P)",
                        description="Full-graph training on P ranks: mpiexec -n P gnn-dist train --partition DIR ...")
     p.add_argument("--partition", required=True, help="partition directory from `gnn-dist partition`")
-    p.add_argument("--model", default="gcn", choices=["gcn", "sage", "gat", "gin", "evolvegcn", "gcrn", "rgcn", "hsage"],
+    p.add_argument("--model", default="gcn", metavar="NAME",
                    help="static: gcn | sage | gat | gin; dynamic (a partition of snapshots): evolvegcn | gcrn; "
-                        "typed (a heterogeneous partition): rgcn | hsage (GraphSAGE per relation, HeteroConv)")
+                        "typed (a heterogeneous partition): rgcn | hsage (GraphSAGE per relation, HeteroConv); "
+                        "or your own, MODULE:FUNCTION or FILE.py:FUNCTION, where FUNCTION(num_features, "
+                        "num_classes, config) returns a model of gnn-dist layers (see examples/custom_layer.py)")
     p.add_argument("--num-bases", type=int, default=2, help="rgcn: basis matrices shared by the relations (0: none)")
     p.add_argument("--relagg", action="store_true",
                    help="rgcn: owners send per-relation partial aggregates instead of raw rows where the "
@@ -77,6 +79,7 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--debug", action="store_true", help="an error in model code prints its whole traceback")
     p.set_defaults(run=run)
 
 
@@ -92,12 +95,29 @@ def exchange_config(a: argparse.Namespace):
         raise UsageError(str(e)) from None
 
 
-DYNAMIC_MODELS = ("evolvegcn", "gcrn")
-TYPED_MODELS = ("rgcn", "hsage")
+def model_config(a: argparse.Namespace, **typed):
+    """The builder's view of the flags (gnn_dist.nn.ModelConfig), not argparse's."""
+    from gnn_dist.nn.registry import ModelConfig
+
+    return ModelConfig(hidden=a.hidden, layers=a.layers, dropout=a.dropout, heads=a.heads,
+                       num_bases=getattr(a, "num_bases", 0) or None, task=getattr(a, "task", "node"), **typed)
+
+
+def check_model(spec: str) -> None:
+    from gnn_dist.errors import InputError
+    from gnn_dist.nn import registry
+
+    try:
+        registry.check(spec)
+    except InputError as e:
+        raise UsageError(str(e)) from None
 
 
 def check_args(a: argparse.Namespace) -> None:
-    dynamic = a.model in DYNAMIC_MODELS
+    from gnn_dist.nn.registry import graph_kind
+
+    check_model(a.model)
+    dynamic = graph_kind(a.model) == "dynamic"
     a.layers = a.layers if a.layers is not None else (1 if dynamic else 2)
     a.epochs = a.epochs if a.epochs is not None else (50 if dynamic else 200)
     a.weight_decay = a.weight_decay if a.weight_decay is not None else (0.0 if dynamic else 5e-4)
@@ -106,7 +126,7 @@ def check_args(a: argparse.Namespace) -> None:
         (a.num_bases >= 0, f"--num-bases must be >= 0, got {a.num_bases}"),
         (a.early_stop >= 0 and a.lr_step >= 1 and a.lr_gamma > 0, "--early-stop >= 0, --lr-step >= 1, --lr-gamma > 0 required"),
         (not (a.early_stop or a.keep_best) or a.eval_every >= 1, "--early-stop/--keep-best need --eval-every >= 1"),
-        (a.task == "node" or a.model in ("gcn", "sage", "gat", "gin"), "--task link applies to gcn, sage, gat and gin"),
+        (a.task == "node" or graph_kind(a.model) in ("static", None), "--task link applies to static graph models"),
         (not (dynamic and (a.early_stop or a.keep_best or a.lr_schedule != "none")),
          "--early-stop, --keep-best and --lr-schedule apply to static and typed graphs"),
         (not a.relagg or (a.model == "rgcn" and a.codec == "fp32" and not a.staleness and not a.skip_threshold),
@@ -140,12 +160,15 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     from partition.store import read_meta
 
+    from gnn_dist.nn.registry import graph_kind, names
+
     meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
     dynamic, typed = "num_snapshots" in meta, meta.get("format_version") == 2
-    if dynamic != (args.model in DYNAMIC_MODELS) or typed != (args.model in TYPED_MODELS):
-        kind = "a dynamic graph (snapshots)" if dynamic else "a heterogeneous graph" if typed else "a static graph"
-        want = ", ".join(DYNAMIC_MODELS if dynamic else TYPED_MODELS if typed else ("gcn", "sage", "gat", "gin"))
-        raise UsageError(f"{args.partition} holds {kind}; --model {args.model} does not apply (use {want})")
+    kind = "dynamic" if dynamic else "typed" if typed else "static"
+    if graph_kind(args.model) not in (kind, None) or (dynamic and graph_kind(args.model) is None):
+        what = {"dynamic": "a dynamic graph (snapshots)", "typed": "a heterogeneous graph", "static": "a static graph"}
+        raise UsageError(f"{args.partition} holds {what[kind]}; --model {args.model} does not apply "
+                         f"(use {', '.join(names(kind))}{'' if dynamic else ', or your own MODULE:FUNCTION'})")
     if dynamic:
         if args.window > meta["num_train_snapshots"]:
             raise UsageError(f"--window {args.window} is longer than the {meta['num_train_snapshots']} training "
@@ -155,31 +178,16 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from gnn_dist.launch import init
-    from gnn_dist.loader import load_partition
-    from gnn_dist.nn import build_model
     from gnn_dist.trainer import Trainer
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
-    if typed:
-        from gnn_dist.hetero import load_hetero_partition
-        from gnn_dist.nn.hetero import HeteroGNN
-
-        graph = load_hetero_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify,
-                                      exchange=exchange_config(args), relagg=args.relagg)
-        torch.manual_seed(args.seed)
-        model = HeteroGNN(args.model, graph.types.feature_dims, args.hidden, graph.num_classes, meta["edge_types"],
-                          args.layers, args.num_bases or None, args.dropout)
-    else:
-        graph = load_partition(args.partition, ctx, overlap=not args.no_overlap, verify=not args.no_verify,
-                               exchange=exchange_config(args))
-        if args.normalize_features:
-            graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1)
-        torch.manual_seed(args.seed)
-        model = build_model(args.model, graph.num_features, args.hidden, graph.num_classes, args.layers,
-                            args.dropout, args.heads)
+    graph = load_graph(args, ctx, meta, exchange_config(args), verify=not args.no_verify)
+    torch.manual_seed(args.seed)
+    width = args.hidden if args.task == "link" else graph.num_classes  # link: the model emits embeddings
+    model = build_user_or_builtin(args, ctx, graph, meta, width)
 
     if args.task == "link":
-        return run_link(args, ctx, graph)
+        return run_link(args, ctx, graph, model)
 
     def fit() -> tuple[dict, list]:
         trainer = (Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
@@ -197,17 +205,47 @@ def run(args: argparse.Namespace) -> int:
         + (f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else "")))
 
 
-def run_link(args: argparse.Namespace, ctx, graph) -> int:
+def load_graph(args: argparse.Namespace, ctx, meta: dict, exchange=None, verify: bool = True):
+    """This rank's part of a static or typed partition, features normalised as the run asked."""
+    overlap = not getattr(args, "no_overlap", False)
+    if meta.get("format_version") == 2:
+        from gnn_dist.hetero import load_hetero_partition
+
+        return load_hetero_partition(args.partition, ctx, overlap=overlap, verify=verify, exchange=exchange,
+                                     relagg=getattr(args, "relagg", False))
+    from gnn_dist.loader import load_partition
+
+    graph = load_partition(args.partition, ctx, overlap=overlap, verify=verify, exchange=exchange)
+    if getattr(args, "normalize_features", False):
+        graph.x = graph.x / graph.x.sum(dim=1, keepdim=True).clamp(min=1)
+    return graph
+
+
+def build_user_or_builtin(args: argparse.Namespace, ctx, graph, meta: dict, num_classes: int):
+    """The model --model names; an error inside a user's builder is reported as that code's error."""
+    from gnn_dist.errors import InputError
+    from gnn_dist.launch import describe_user_error
+    from gnn_dist.nn.registry import build
+
+    typed = {}
+    if graph.types is not None:
+        typed = {"feature_dims": tuple(graph.types.feature_dims), "edge_types": tuple(meta["edge_types"])}
+    try:
+        return build(args.model, graph.num_features, num_classes, model_config(args, **typed))
+    except InputError as e:
+        raise UsageError(str(e)) from None
+    except Exception as e:
+        if getattr(args, "debug", False):
+            raise
+        raise UsageError(f"--model {args.model}: building the model failed: {describe_user_error(e)}") from None
+
+
+def run_link(args: argparse.Namespace, ctx, graph, model) -> int:
     """Link prediction: the model emits --hidden wide embeddings; scores are dot products."""
     import json
 
-    import torch
-
     from gnn_dist.link import LinkTrainer
-    from gnn_dist.nn import build_model
 
-    torch.manual_seed(args.seed)
-    model = build_model(args.model, graph.num_features, args.hidden, args.hidden, args.layers, args.dropout, args.heads)
     tb = tensorboard(args, ctx)
 
     def fit() -> tuple[dict, list]:
@@ -238,15 +276,30 @@ def tensorboard(args: argparse.Namespace, ctx):
 
 
 def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
-    """Train; a broken collective names the lost rank; rank 0 saves the model (and curves) and prints one line."""
+    """Train; rank 0 saves the model (and curves) and prints one line.
+
+    A broken collective names the lost rank; an error raised in model code is
+    reported by the rank that raised it, in one line (--debug: the traceback),
+    and its peers leave with it.
+    """
+    from gnn_dist.errors import InputError, LaunchError
+    from gnn_dist.launch import describe_user_error, is_collective_failure
+    from partition.errors import PartitionError
+
     try:
         final, history = fit()
-    except ValueError as e:
+    except (InputError, PartitionError, LaunchError) as e:  # the data or flags, not the code
         raise UsageError(str(e)) from None
-    except RuntimeError as e:  # a collective broke: name the lost rank if the watchdog can
-        if ctx.watchdog is not None:
-            ctx.watchdog.blame()
-        ctx.fail(f"collective failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    except Exception as e:
+        if is_collective_failure(e):  # a peer went away: name it if the watchdog can
+            if ctx.watchdog is not None:
+                ctx.watchdog.blame()
+            ctx.fail(f"collective failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        if getattr(args, "debug", False):
+            import traceback
+
+            traceback.print_exc()
+        ctx.fail(describe_user_error(e), code=1, publish=True)
     if ctx.is_main:
         if args.save_model:
             from gnn_dist.checkpoint import save_atomic
@@ -265,8 +318,9 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
 def run_dynamic(args: argparse.Namespace, meta: dict) -> int:
     import torch
 
+    from gnn_dist.errors import InputError
     from gnn_dist.launch import init
-    from gnn_dist.nn.temporal import build_temporal_model
+    from gnn_dist.nn.registry import build
     from gnn_dist.snapshots import SnapshotSequence
     from gnn_dist.temporal_trainer import TemporalTrainer
 
@@ -276,8 +330,8 @@ def run_dynamic(args: argparse.Namespace, meta: dict) -> int:
     torch.manual_seed(args.seed)
     out = 1 if seq.task == "regression" else seq.num_classes
     try:
-        model = build_temporal_model(args.model, seq.num_features, args.hidden, out, args.layers)
-    except ValueError as e:
+        model = build(args.model, seq.num_features, out, model_config(args))
+    except InputError as e:
         raise UsageError(str(e)) from None
     def fit() -> tuple[dict, list]:
         trainer = TemporalTrainer(model, seq, ctx, window=args.window, optimizer=args.optimizer, lr=args.lr,

@@ -32,7 +32,7 @@ def aggregate_first(x: torch.Tensor, d_in: int, d_out: int) -> bool:
 
 
 class GCNConv(MessagePassing):
-    """Kipf & Welling: D^-1/2 (A + I) D^-1/2 X W + b, degrees global.
+    """Kipf & Welling: D^-1/2 (A + I) D^-1/2 X W + b, degrees global; edge weights enter once, through gcn.
 
     The product is associative, so the cheaper of X and XW to exchange is the
     one aggregated (`aggregate_first`): fewer bytes on the wire, same result.
@@ -54,10 +54,10 @@ class GCNConv(MessagePassing):
 
 
 class SAGEConv(MessagePassing):
-    """GraphSAGE with mean aggregation: W_l mean_j x_j + b + W_r x_i."""
+    """GraphSAGE with mean aggregation: W_l mean_j x_j + b + W_r x_i (edge weights ignored, as in PyG)."""
 
     def __init__(self, in_channels: int, out_channels: int):
-        super().__init__(aggr="mean")
+        super().__init__(aggr="mean", weighted=False)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.lin_l = nn.Linear(in_channels, out_channels, bias=True)
         self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
@@ -71,10 +71,10 @@ class SAGEConv(MessagePassing):
 
 
 class GINConv(MessagePassing):
-    """Xu et al.: MLP((1 + eps) x_i + sum_j x_j)."""
+    """Xu et al.: MLP((1 + eps) x_i + sum_j x_j) (edge weights ignored, as in PyG)."""
 
     def __init__(self, mlp: nn.Module, eps: float = 0.0, train_eps: bool = True):
-        super().__init__(aggr="sum")
+        super().__init__(aggr="sum", weighted=False)
         self.nn = mlp
         if train_eps:
             self.eps = nn.Parameter(torch.tensor([eps]))

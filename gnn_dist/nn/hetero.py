@@ -14,7 +14,7 @@ from gnn_dist.graph import LocalGraph
 from gnn_dist.nn.dropout import dropout
 from gnn_dist.hetero import relation_operator, relation_view
 from gnn_dist.nn.conv import SAGEConv, _glorot
-from gnn_dist.nn.message_passing import HaloSpMM
+from gnn_dist.nn.message_passing import HaloSpMM, exchange_channel
 from gnn_dist.relagg import RelAggSpMM
 
 
@@ -66,9 +66,9 @@ class RGCNConv(nn.Module):
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
         r, nc, n, f = self.num_relations, graph.num_central, graph.num_inner, x.shape[1]
         if graph.types.relagg is not None:  # partial aggregates for some (owner, relation) pairs
-            agg = RelAggSpMM.apply(x, graph.types.relagg, graph, r)
+            agg = RelAggSpMM.apply(x, graph.types.relagg, graph, r, exchange_channel(graph, self))
         else:
-            agg = HaloSpMM.apply(x, relation_operator(graph), graph)  # rows: (r, central) then (r, marginal)
+            agg = HaloSpMM.apply(x, relation_operator(graph), graph, exchange_channel(graph, self))  # rows: (r, central) then (r, marginal)
             agg = torch.cat([agg[: r * nc].view(r, nc, f), agg[r * nc:].view(r, n - nc, f)], dim=1)
         out = torch.einsum("rnf,rfo->no", agg, self.relation_weights()) + x @ self.root
         return out + self.bias if self.bias is not None else out

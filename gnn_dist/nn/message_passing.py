@@ -3,9 +3,13 @@
 A layer never sees ranks. `propagate` asks the graph it is given whether halo
 rows must be fetched; if so it starts the exchange, aggregates the central
 rows (which read inner rows only) while messages are in flight, waits, and
-aggregates the marginal rows. Layers that keep the default `message` (x_j,
-optionally weighted) take the fast path: one sparse CSR product per block,
-with overlap in backward too.
+aggregates the marginal rows. Layers that keep the default `message` take the
+fast path: one sparse CSR product per block, with overlap in backward too.
+Both paths compute the same function (the table in `MessagePassing`).
+
+Whether an exchange is exact is decided here, per call, not by a flag: a
+forward without autograd or with the module in eval mode sends exact fp32
+and touches no training channel (`HaloExchange.channel`).
 """
 from __future__ import annotations
 
@@ -17,15 +21,28 @@ from torch import nn
 from gnn_dist.exchange import HaloWait
 from gnn_dist.graph import LocalGraph, SplitOperator, spmm
 
+AGGRS = {"sum": "sum", "add": "sum", "mean": "mean", "max": "max"}  # PyG's "add" is "sum"
+NORMS = {"none": "none", "raw": "none", "gcn": "gcn"}
+# what message() may ask for besides <input>_j / <input>_i and inputs given to propagate by name
+EDGE_ARGS = ("edge_weight", "edge_attr", "index", "ptr", "dim_size", "size_i", "size_j", "edge_index_i",
+             "edge_index_j")
+
+
+def exchange_channel(graph: LocalGraph, owner: nn.Module) -> str | None:
+    """The halo channel of one exchange by `owner`: None (exact, stateless) unless it is training."""
+    if graph.exchange is None:
+        return None
+    return graph.exchange.channel(owner, owner.training and torch.is_grad_enabled())
+
 
 class HaloSpMM(torch.autograd.Function):
     """out = A @ [x; halo(x)], everything but the halo columns computed while the exchange is in flight."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, op: SplitOperator, graph: LocalGraph) -> torch.Tensor:
-        ctx.op, ctx.graph = op, graph
+    def forward(ctx, x: torch.Tensor, op: SplitOperator, graph: LocalGraph, channel: str | None) -> torch.Tensor:
+        ctx.op, ctx.graph, ctx.channel = op, graph, channel
         ex = graph.exchange
-        pending = ex.start(x) if ex is not None else None
+        pending = ex.start(x, channel) if ex is not None else None
         if pending is not None and not graph.overlap:
             halo = pending.wait()
         out_c = spmm(op.central, x)
@@ -42,7 +59,7 @@ class HaloSpMM(torch.autograd.Function):
         ex = graph.exchange
         nc = op.num_central  # central rows of the operator (several per node if stacked)
         grad = grad.contiguous()
-        pending = ex.start_backward(spmm(op.halo_t, grad[nc:])) if ex is not None else None
+        pending = ex.start_backward(spmm(op.halo_t, grad[nc:]), ctx.channel) if ex is not None else None
         if pending is not None and not graph.overlap:
             pending.wait()
         g_x = spmm(op.local_t, grad[nc:])
@@ -50,7 +67,7 @@ class HaloSpMM(torch.autograd.Function):
             g_x += spmm(op.central_t, grad[:nc])
         if pending is not None:
             ex.scatter_back(g_x, pending)  # decoded straight into g_x where the codec allows
-        return g_x, None, None
+        return g_x, None, None, None
 
 
 def segment_softmax(src: torch.Tensor, index: torch.Tensor, num: int) -> torch.Tensor:
@@ -67,62 +84,124 @@ def segment_softmax(src: torch.Tensor, index: torch.Tensor, num: int) -> torch.T
 class MessagePassing(nn.Module):
     """Base class: subclass and override `message` (per edge) and/or `update` (per node).
 
-    `message` may ask for any tensor given to `propagate` with suffix `_j`
-    (source rows, halo included) or `_i` (destination rows), plus `edge_weight`,
-    `edge_attr` (the graph's edge features), `index` (destination row of each
-    edge within its block) and `dim_size`.
+    The default message is `x_j * edge_weight`; `norm` only decides which
+    edge weight a message receives (w is the graph's edge weight, 1 where it
+    has none, or always 1 with `weighted=False`):
+
+    | aggr (alias)  | norm (alias) | edge_weight given to message      | default output for node i   |
+    |---------------|--------------|-----------------------------------|-----------------------------|
+    | sum (add)     | none (raw)   | w_ij                              | sum_j w_ij x_j              |
+    | sum           | gcn          | w_ij / sqrt(d_i d_j), d = loop + incoming w; a unit loop is added where a node has none (PyG's gcn_norm) | sum_j w_ij x_j / sqrt(d_i d_j) |
+    | mean          | none         | w_ij                              | sum_j w_ij x_j / in-degree  |
+    | max           | none         | w_ij                              | max_j w_ij x_j              |
+
+    mean or max with gcn, and norm="mean" (use aggr="mean"), are refused.
+    `self_loops=True` replaces the graph's loops by one unit loop per node
+    first (GAT). A hand-written `message` decides for itself what to do
+    with `edge_weight`.
     """
 
-    def __init__(self, aggr: str = "sum", norm: str = "none", self_loops: bool = False):
+    def __init__(self, aggr: str = "sum", norm: str = "none", self_loops: bool = False, weighted: bool = True):
         super().__init__()
-        if aggr not in ("sum", "mean", "max"):
-            raise ValueError(f"aggr must be sum, mean or max, got '{aggr}'")
-        self.aggr, self.norm, self.self_loops = aggr, norm, self_loops
-        params = inspect.signature(self.message).parameters
-        self._msg_args = list(params)
-        self._upd_args = list(inspect.signature(self.update).parameters)[1:]
-        self._fast = type(self).message is MessagePassing.message and aggr in ("sum", "mean") and not self_loops
+        name = type(self).__name__
+        if aggr not in AGGRS:
+            raise ValueError(f"{name}: aggr must be sum (or add), mean or max, got '{aggr}'")
+        if norm == "mean":
+            raise ValueError(f"{name}: norm='mean' is not a normalisation; use aggr='mean' for a mean over in-edges")
+        if norm not in NORMS:
+            raise ValueError(f"{name}: norm must be none (or raw) or gcn, got '{norm}'")
+        self.aggr, self.norm, self.self_loops, self.weighted = AGGRS[aggr], NORMS[norm], self_loops, weighted
+        if self.norm == "gcn" and self.aggr != "sum":
+            raise ValueError(f"{name}: norm='gcn' needs aggr='sum' (got aggr='{aggr}')")
+        if self.norm == "gcn" and self_loops:
+            raise ValueError(f"{name}: norm='gcn' adds its own self loops; drop self_loops=True")
+        self._msg_args = list(inspect.signature(self.message).parameters)
+        upd = list(inspect.signature(self.update).parameters.values())[1:]
+        self._upd_args = [p.name for p in upd]
+        self._upd_required = {p.name for p in upd if p.default is inspect.Parameter.empty}
+        self._fast = type(self).message is MessagePassing.message and self.aggr != "max" and not self_loops
 
     # ---------------------------------------------------------- overridables
     def message(self, x_j: torch.Tensor, edge_weight: torch.Tensor) -> torch.Tensor:
+        """One message per edge (rows are edges). May ask for, by parameter name:
+
+        - `<name>_j` / `<name>_i`: rows of input `<name>` given to `propagate` at each edge's source
+          (inner or halo row) / destination (inner row);
+        - `<name>`: an input given to `propagate`, as given;
+        - `edge_weight` (see the class table), `edge_attr` (the graph's edge features);
+        - `index` (destination row of each edge within the block being aggregated), `ptr` (CSR
+          offsets of `index`, which is sorted), `dim_size` / `size_i` (rows in that block),
+          `size_j` (source rows, halo included);
+        - `edge_index_i` / `edge_index_j`: part-local destination / source row of each edge.
+        """
         return x_j * edge_weight.view(-1, *([1] * (x_j.dim() - 1)))
 
     def update(self, aggr: torch.Tensor) -> torch.Tensor:
+        """Per inner row, after aggregation; may ask for any input given to `propagate` by name."""
         return aggr
 
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+        """Default: aggregate x's messages (override to add weights, skips, normalisation)."""
         return self.propagate(graph, x=x)
 
     # -------------------------------------------------------------- engine
-    def propagate(self, graph: LocalGraph, **inputs: torch.Tensor) -> torch.Tensor:
-        """Aggregate messages into every inner row; `inputs` hold inner rows only."""
-        if self._fast:
-            norm = "mean" if self.aggr == "mean" else self.norm
-            out = HaloSpMM.apply(inputs["x"], graph.operator(norm), graph)
-        else:
-            out = self._propagate_edges(graph, inputs)
-        upd = {k: inputs[k] for k in self._upd_args if k in inputs}
-        return self.update(out, **upd)
+    def propagate(self, graph: LocalGraph, **inputs) -> torch.Tensor:
+        """Aggregate messages into every inner row; returns `update(aggregate, ...)`.
 
-    def _propagate_edges(self, graph: LocalGraph, inputs: dict) -> torch.Tensor:
-        src_names = [a[:-2] for a in self._msg_args if a.endswith("_j")]
-        for name in src_names + [a[:-2] for a in self._msg_args if a.endswith("_i")]:
-            if name not in inputs:
-                raise TypeError(f"{type(self).__name__}.message wants '{name}_*' but propagate got no '{name}'")
-        edges = graph.edges(self.self_loops)
+        Each input holds this rank's inner rows (halo rows are fetched); `x=(x_src, x_dst)` is PyG's
+        bipartite form: messages read `x_j` from x_src (exchanged) and `x_i` from x_dst.
+        """
+        self._check_inputs(graph, inputs)
+        channel = exchange_channel(graph, self)
+        if self._fast:
+            src = inputs["x"][0] if isinstance(inputs["x"], tuple) else inputs["x"]
+            out = HaloSpMM.apply(src, graph.operator(self.aggr, self.norm, self.weighted), graph, channel)
+        else:
+            out = self._propagate_edges(graph, inputs, channel)
+        return self.update(out, **{k: inputs[k] for k in self._upd_args if k in inputs})
+
+    def _check_inputs(self, graph: LocalGraph, inputs: dict) -> None:
+        name = type(self).__name__
+        for key, value in inputs.items():
+            for t in value if isinstance(value, tuple) else (value,):
+                if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] != graph.num_inner:
+                    raise ValueError(f"{name}.propagate: '{key}' has {t.shape[0]} rows but this part has "
+                                     f"{graph.num_inner} inner rows (give inner rows only; the halo is fetched)")
+        missing = sorted(self._upd_required - set(inputs))
+        if missing:
+            raise TypeError(f"{name}.update wants '{missing[0]}' but propagate got no '{missing[0]}' "
+                            f"(got: {', '.join(inputs) or 'nothing'})")
+        for a in self._msg_args:
+            base = a[:-2] if a.endswith(("_i", "_j")) else None
+            if a in inputs or a in EDGE_ARGS or (base is not None and base in inputs):
+                continue
+            raise TypeError(f"{name}.message wants '{a}', which is neither an input given to propagate "
+                            f"(got: {', '.join(inputs) or 'nothing'}) nor one of {', '.join(EDGE_ARGS)}")
+        if self._fast and "x" not in inputs:
+            raise TypeError(f"{name}: the default message reads x_j, so propagate needs x=...")
+
+    @staticmethod
+    def _side(value, j: bool):
+        return (value[0] if j else value[1]) if isinstance(value, tuple) else value
+
+    def _propagate_edges(self, graph: LocalGraph, inputs: dict, channel: str | None) -> torch.Tensor:
+        src_names = [a[:-2] for a in self._msg_args if a.endswith("_j") and a[:-2] in inputs]
+        loops = "replace" if self.self_loops else ("remaining" if self.norm == "gcn" else "keep")
+        edges = graph.edges(loops, self.norm, self.weighted)
         ex = graph.exchange
         halo = {}
+        src_inner = {n: self._side(inputs[n], True) for n in src_names}
         if ex is not None and src_names:
-            packed, sizes, tails = self._pack([inputs[n] for n in src_names])
-            pending = ex.start(packed)
+            packed, sizes, tails = self._pack([src_inner[n] for n in src_names])
+            pending = ex.start(packed, channel)
             if not graph.overlap:
-                halo = self._unpack(HaloWait.apply(packed, pending, ex), src_names, sizes, tails)
+                halo = self._unpack(HaloWait.apply(packed, pending, ex, channel), src_names, sizes, tails)
         nc = graph.num_central
-        out_c = self._aggregate_block(edges["central"], inputs, {n: inputs[n] for n in src_names}, 0, nc)
+        out_c = self._aggregate_block(graph, edges["central"], inputs, src_inner, 0, nc)
         if ex is not None and src_names and graph.overlap:
-            halo = self._unpack(HaloWait.apply(packed, pending, ex), src_names, sizes, tails)
-        sources = {n: torch.cat([inputs[n], halo[n]]) if n in halo else inputs[n] for n in src_names}
-        out_m = self._aggregate_block(edges["marginal"], inputs, sources, nc, graph.num_inner)
+            halo = self._unpack(HaloWait.apply(packed, pending, ex, channel), src_names, sizes, tails)
+        sources = {n: torch.cat([src_inner[n], halo[n]]) if n in halo else src_inner[n] for n in src_names}
+        out_m = self._aggregate_block(graph, edges["marginal"], inputs, sources, nc, graph.num_inner)
         return torch.cat([out_c, out_m])
 
     @staticmethod
@@ -135,15 +214,18 @@ class MessagePassing(nn.Module):
         parts = torch.split(packed, sizes, dim=1)
         return {n: p.reshape(p.shape[0], *tail) for n, p, tail in zip(names, parts, tails)}
 
-    def _aggregate_block(self, block, inputs: dict, sources: dict, start: int, stop: int) -> torch.Tensor:
-        rows, cols, w, attr = block
+    def _aggregate_block(self, graph: LocalGraph, block, inputs: dict, sources: dict, start: int,
+                         stop: int) -> torch.Tensor:
+        rows, cols, w, attr, local_rows = block
         n = stop - start
         kwargs = {}
         for a in self._msg_args:
-            if a.endswith("_j"):
+            if a.endswith("_j") and a[:-2] in sources:
                 kwargs[a] = sources[a[:-2]].index_select(0, cols)
-            elif a.endswith("_i"):
-                kwargs[a] = inputs[a[:-2]].index_select(0, rows + start)
+            elif a.endswith("_i") and a[:-2] in inputs:
+                kwargs[a] = self._side(inputs[a[:-2]], False).index_select(0, local_rows)
+            elif a in inputs:
+                kwargs[a] = inputs[a]
             elif a == "edge_weight":
                 kwargs[a] = w
             elif a == "edge_attr":
@@ -152,8 +234,18 @@ class MessagePassing(nn.Module):
                 kwargs[a] = attr
             elif a == "index":
                 kwargs[a] = rows
-            elif a == "dim_size":
+            elif a in ("dim_size", "size_i"):
                 kwargs[a] = n
+            elif a == "size_j":
+                kwargs[a] = graph.num_src
+            elif a == "ptr":
+                ptr = torch.zeros(n + 1, dtype=torch.int64, device=rows.device)
+                ptr[1:] = torch.cumsum(torch.bincount(rows, minlength=n), 0)
+                kwargs[a] = ptr
+            elif a == "edge_index_i":
+                kwargs[a] = local_rows
+            elif a == "edge_index_j":
+                kwargs[a] = cols
         msg = self.message(**kwargs)
         out = msg.new_zeros((n,) + tuple(msg.shape[1:]))
         if self.aggr == "max":

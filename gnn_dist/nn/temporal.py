@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gnn_dist.errors import InputError
+
 from gnn_dist.graph import LocalGraph
 from gnn_dist.nn.conv import GCNConv, _glorot, aggregate_first
 from gnn_dist.nn.message_passing import MessagePassing
@@ -87,7 +89,7 @@ class GCRN(nn.Module):
     def __init__(self, in_channels: int, hidden: int, out_channels: int, layers: int = 1, conv=GCNConv):
         super().__init__()
         if layers != 1:
-            raise ValueError("gcrn has one recurrent layer (use --layers 1)")
+            raise InputError("gcrn has one recurrent layer (use --layers 1)")
         self.hidden = hidden
         self.conv_x = conv(in_channels, 3 * hidden)
         self.conv_h = conv(hidden, 2 * hidden)
@@ -111,7 +113,7 @@ TEMPORAL_MODELS = {"evolvegcn": EvolveGCN, "gcrn": GCRN}
 
 def build_temporal_model(name: str, in_channels: int, hidden: int, out_channels: int, layers: int = 1) -> nn.Module:
     if name not in TEMPORAL_MODELS:
-        raise ValueError(f"unknown dynamic model '{name}' (choose from {', '.join(TEMPORAL_MODELS)})")
+        raise InputError(f"unknown dynamic model '{name}' (choose from {', '.join(TEMPORAL_MODELS)})")
     return TEMPORAL_MODELS[name](in_channels, hidden, out_channels, layers)
 
 
