@@ -48,7 +48,27 @@ def test_corrupt_partition(karate2, tmp_path):
 
 
 def test_unknown_model(karate2):
-    _one_line(run_cli("train", "--partition", str(karate2), "--model", "transformer"), "invalid choice: 'transformer'")
+    _one_line(run_cli("train", "--partition", str(karate2), "--model", "transformer"),
+              "unknown model 'transformer' (choose from static: gcn | sage | gat | gin;")
+
+
+def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
+    """Every rank finds the empty train mask alike: one line each, exit 2, no abort at exit."""
+    import numpy as np
+
+    from tests.conftest import write_npz_graph
+
+    rng = np.random.default_rng(0)
+    f = write_npz_graph(tmp_path / "g.npz", rng.integers(0, 40, 200), rng.integers(0, 40, 200),
+                        rng.standard_normal((40, 3)), rng.integers(0, 2, 40), train_mask=np.zeros(40, bool),
+                        val_mask=np.arange(40) % 2 == 0, test_mask=np.arange(40) % 2 == 1)
+    part = tmp_path / "p"
+    assert run_cli("partition", "--dataset", f"file:{f}", "--parts", "2", "--out", str(part)).returncode == 0
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(part),
+                        "--quiet"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines == ["gnn-dist train: error: no training nodes in the partition (train mask empty on every rank)"] * 2
 
 
 @pytest.mark.parametrize("flag,value,needle", [
@@ -68,7 +88,9 @@ def test_trains_and_saves_a_model_that_loads_single_process(karate2, tmp_path):
                         "--epochs", "30", "--quiet", "--save-model", str(model_file), "--model", "sage"],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "test acc" in r.stdout
+    final = dict(part.rsplit(" ", 1) for part in r.stdout.strip().splitlines()[-1].split(" | ")[1:])
+    assert set(final) == {"train acc", "val acc", "test acc"}, r.stdout
+    assert float(final["train acc"]) == 1.0 and 0.5 <= float(final["test acc"]) <= 1.0, r.stdout
     import torch
 
     from gnn_dist.data import load_dataset

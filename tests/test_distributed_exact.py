@@ -20,6 +20,8 @@ from gnn_dist.nn import MODELS, build_model, to_pyg
 from tests.dist_worker import KEY
 from partition import assign_parts, build_parts, write_partition
 
+pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
+
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 EPOCHS = 20

@@ -24,6 +24,8 @@ import pytest
 
 from tests.conftest import cli_partition
 
+pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
+
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 EPOCHS = 200  # long enough that the kill lands mid-run however fast an epoch is
 
@@ -114,13 +116,15 @@ def test_killed_rank_stops_everyone_and_resume_matches(cora4, tmp_path):
     out, _ = proc.communicate(timeout=90)
     gone, alive = psutil.wait_procs(survivors, timeout=max(1, 60 - (time.monotonic() - t_kill)))
     assert not alive, "a surviving rank outlived 60 s"
+    assert len(gone) == 3
     assert time.monotonic() - t_kill < 60
     assert proc.returncode != 0
-    assert all(p.returncode != 0 for p in gone if p.returncode is not None)
     # named by whichever survivor failed first, if hydra let one live that long; else hydra names the kill
     errors = [e["error"] for e in errors_in(log)]
-    assert all("rank 2 lost" in e for e in errors), errors
-    assert errors or "Killed (signal 9)" in out, out[-2000:]
+    if errors:
+        assert all("rank 2 lost" in e for e in errors), errors
+    else:
+        assert "Killed (signal 9)" in out, out[-2000:]
     assert (ckpt / "checkpoint.pt").exists()
 
     r = subprocess.run(train_cmd(cora4, log, ckpt, "--resume"), capture_output=True, text=True, timeout=300)

@@ -16,6 +16,8 @@ from gnn_dist.data import load_dataset
 from gnn_dist.nn.hetero import HETERO_MODELS, HeteroGNN, PyGHeteroGNN
 from partition.hetero_partition import write_hetero_partition
 
+pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
+
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 SPEC = "hsbm:papers=600,authors=400,venues=6,classes=3,homophily=0.7,seed=4"

@@ -6,10 +6,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from gnn_dist.link import auc
 from partition.store import read_part
 from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import ROOT, cli_partition, run_cli
 
+pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
+
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 
 

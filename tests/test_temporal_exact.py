@@ -21,6 +21,8 @@ from gnn_dist.temporal_reference import ReferenceRun
 from partition.snapshot_plans import write_snapshot_partition
 from partition.temporal import Snapshots
 
+pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
+
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 WINDOW, EPOCHS, HIDDEN = 3, 3, 8

@@ -3,12 +3,10 @@ from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
 from gnn_dist.nn.message_passing import MessagePassing, segment_softmax
 from gnn_dist.nn.models import GNN, MODELS, build_model
 from gnn_dist.nn.norm import BatchNorm
-from gnn_dist.nn.dropout import dropout, input_dropout
 from gnn_dist.nn.export import PyGNN, to_pyg
 from gnn_dist.nn.hetero import HeteroConv, HeteroGNN, RGCNConv, TypedLinear
 from gnn_dist.nn.temporal import GCRN, EvolveGCN, EvolveGCNO, to_pyg_temporal
 from gnn_dist.nn.registry import REGISTRY, ModelConfig
 
-__all__ = ["MessagePassing", "segment_softmax", "GCNConv", "SAGEConv", "GATConv", "GINConv", "BatchNorm", "dropout",
-           "input_dropout", "GNN", "MODELS", "build_model", "PyGNN", "to_pyg", "HeteroConv", "HeteroGNN", "RGCNConv",
+__all__ = ["MessagePassing", "segment_softmax", "GCNConv", "SAGEConv", "GATConv", "GINConv", "BatchNorm", "GNN", "MODELS", "build_model", "PyGNN", "to_pyg", "HeteroConv", "HeteroGNN", "RGCNConv",
            "TypedLinear", "GCRN", "EvolveGCN", "EvolveGCNO", "to_pyg_temporal", "REGISTRY", "ModelConfig"]

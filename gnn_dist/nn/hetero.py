@@ -68,7 +68,8 @@ class RGCNConv(nn.Module):
         if graph.types.relagg is not None:  # partial aggregates for some (owner, relation) pairs
             agg = RelAggSpMM.apply(x, graph.types.relagg, graph, r, exchange_channel(graph, self))
         else:
-            agg = HaloSpMM.apply(x, relation_operator(graph), graph, exchange_channel(graph, self))  # rows: (r, central) then (r, marginal)
+            # rows: (r, central) then (r, marginal)
+            agg = HaloSpMM.apply(x, relation_operator(graph), graph, exchange_channel(graph, self))
             agg = torch.cat([agg[: r * nc].view(r, nc, f), agg[r * nc:].view(r, n - nc, f)], dim=1)
         out = torch.einsum("rnf,rfo->no", agg, self.relation_weights()) + x @ self.root
         return out + self.bias if self.bias is not None else out
