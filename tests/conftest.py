@@ -33,6 +33,15 @@ def small_sbm():
     return load_dataset("sbm:nodes=3000,classes=6,avg_degree=8,homophily=0.8,features=16,seed=3")
 
 
+def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """mpiexec -n WORLD python tests/SCRIPT ARGS with this checkout importable; fails the test on a non-zero exit."""
+    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    r = subprocess.run([mpiexec, "-n", str(world), sys.executable, str(ROOT / "tests" / script), *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
 def write_npz_graph(path: Path, src, dst, x, y, **extra) -> Path:
     np.savez(path, src=np.asarray(src), dst=np.asarray(dst), x=np.asarray(x), y=np.asarray(y), **extra)
     return path

@@ -5,9 +5,6 @@ suite pays the start-up cost three times only.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +15,11 @@ import torch.nn.functional as F
 from gnn_dist.graph import LocalGraph
 from gnn_dist.nn import MODELS, build_model, to_pyg
 from tests.dist_worker import KEY
+from tests.conftest import run_worker
 from partition import assign_parts, build_parts, write_partition
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
-ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 EPOCHS = 20
 
 
@@ -79,10 +75,7 @@ def test_matches_single_process_pyg(world, graphs, references, tmp_path):
     dirs = [str(make_partition(g, world, tmp_path / name)) for name, g in graphs.items()]
     out = tmp_path / "res"
     out.mkdir()
-    r = subprocess.run([MPIEXEC, "-n", str(world), sys.executable, str(ROOT / "tests" / "dist_worker.py"),
-                        str(out), *dirs], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_worker(world, "dist_worker.py", str(out), *dirs)
     for name, g in graphs.items():
         for kind in MODELS:
             ref_logits, ref_grads, ref_losses = references[(name, kind)]

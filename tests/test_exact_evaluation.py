@@ -6,21 +6,15 @@ agree bit for bit and equal the same model through an exact exchange.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import cli_partition
+from tests.conftest import cli_partition, run_worker
 from tests.eval_worker import EPOCHS, POLICIES
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
-ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +23,7 @@ def run(tmp_path_factory):
     part = cli_partition(folder, "cora", 2)
     out = folder / "res"
     out.mkdir()
-    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(ROOT / "tests" / "eval_worker.py"), str(out),
-                        str(part)], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert r.returncode == 0, r.stderr[-3000:]
-    return out, r.stderr
+    return out, run_worker(2, "eval_worker.py", out, part).stderr
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))

@@ -2,10 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,12 +10,11 @@ import torch.nn.functional as F
 
 from gnn_dist.data import load_dataset
 from gnn_dist.nn.hetero import HETERO_MODELS, HeteroGNN, PyGHeteroGNN
+from tests.conftest import run_worker
 from partition.hetero_partition import write_hetero_partition
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
-ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 SPEC = "hsbm:papers=600,authors=400,venues=6,classes=3,homophily=0.7,seed=4"
 
 
@@ -51,10 +46,7 @@ def test_typed_models_match_single_process_pyg(world, hg, tmp_path):
     assert world == 1 or meta["relagg"]["relations_aggregated"] > 0  # the aggregate path is really exercised
     out = tmp_path / "res"
     out.mkdir()
-    r = subprocess.run([MPIEXEC, "-n", str(world), sys.executable, str(ROOT / "tests" / "hetero_worker.py"),
-                        str(out), str(part)], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_worker(world, "hetero_worker.py", str(out), str(part))
     for kind in HETERO_MODELS:
         ref_logits, ref_grads = reference(hg, kind)
         logits = np.zeros(tuple(ref_logits.shape), np.float32)

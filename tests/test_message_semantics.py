@@ -6,9 +6,6 @@ same matrix fails fast and names the case.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +13,11 @@ import pytest
 import torch
 
 import gnn_dist as gd
+from tests.conftest import run_worker
 from partition import assign_parts, build_parts, write_partition
 from partition.graph import Graph
 from tests.message_cases import CASES, OUT, make_layer, pyg_reference, readout
 
-ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 N = 90
 
 
@@ -92,10 +88,7 @@ def test_distributed_matrix_matches_pyg(world, tmp_path):
     dirs = [_partition(GRAPHS[name], world, tmp_path / name) for name in ("weighted", "unweighted")]
     out = tmp_path / "res"
     out.mkdir()
-    r = subprocess.run([MPIEXEC, "-n", str(world), sys.executable, str(ROOT / "tests" / "message_worker.py"),
-                        str(out), *dirs], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_worker(world, "message_worker.py", str(out), *dirs)
     for graph_name in GRAPHS:
         for case in CASES:
             ref_out, ref_grads = reference(graph_name, case)

@@ -6,10 +6,6 @@ the real England Covid graph (edges change every day) and on a drifting SBM
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,13 +14,12 @@ import torch
 from gnn_dist.data import load_dataset
 from gnn_dist.nn.temporal import TEMPORAL_MODELS, build_temporal_model, to_pyg_temporal
 from gnn_dist.temporal_reference import ReferenceRun
+from tests.conftest import run_worker
 from partition.snapshot_plans import write_snapshot_partition
 from partition.temporal import Snapshots
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
-ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 WINDOW, EPOCHS, HIDDEN = 3, 3, 8
 
 
@@ -66,10 +61,7 @@ def test_dynamic_models_match_single_process_pyg(world, sequences, references, t
         dirs.append(str(tmp_path / name))
     out = tmp_path / "res"
     out.mkdir()
-    r = subprocess.run([MPIEXEC, "-n", str(world), sys.executable, str(ROOT / "tests" / "temporal_worker.py"),
-                        str(out), str(WINDOW), str(EPOCHS), *dirs], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_worker(world, "temporal_worker.py", str(out), str(WINDOW), str(EPOCHS), *dirs)
     for name, seq in sequences.items():
         for kind in TEMPORAL_MODELS:
             ref_preds, ref_grads, ref_losses = references[(name, kind)]
