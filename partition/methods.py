@@ -1,4 +1,4 @@
-"""Node -> part assignment: METIS (through pymetis) and two baselines to measure it against."""
+"""Node -> part assignment: METIS (through pymetis), Mt-KaHyPar and KaHIP (optional), streaming, baselines."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -11,6 +11,7 @@ from partition.graph import Graph
 from partition.rebalance import rebalance
 
 BALANCE_KEYS = ("train", "degree")
+WEIGHTED = ("metis", "mtkahypar", "kahip")  # methods that take node weights, balance constraints, edge weights
 
 
 def undirected_adjacency(graph: Graph, edge_weight: np.ndarray | None = None) -> sp.csr_matrix:
@@ -49,6 +50,25 @@ def vertex_weights(graph: Graph, balance: Sequence[str]) -> np.ndarray | None:
     return np.stack(cols, axis=1)
 
 
+def balanced_run(graph: Graph, num_parts: int, run, balance: Sequence[str] = (), vweights: np.ndarray | None = None,
+                 edge_weight: np.ndarray | None = None) -> np.ndarray:
+    """Run a partitioner `run(adj, node_weights)` under the balance constraints every weighted method shares.
+
+    The partitioner balances the row sum of the constraint columns (METIS and
+    the backends take one weight per node); `rebalance` then enforces each
+    extra column by swaps.
+    """
+    if num_parts == 1:
+        return np.zeros(graph.num_nodes, dtype=np.int32)
+    adj = undirected_adjacency(graph, edge_weight)
+    vw = vweights if vweights is not None else vertex_weights(graph, balance)
+    parts = np.asarray(run(adj, None if vw is None else np.ascontiguousarray(vw.sum(axis=1), dtype=np.int64)),
+                       dtype=np.int32)
+    if vw is not None and vw.shape[1] > 1:
+        parts = rebalance(adj, parts, vw[:, 1:], num_parts).astype(np.int32)
+    return parts
+
+
 def metis_parts(
     graph: Graph,
     num_parts: int,
@@ -63,28 +83,40 @@ def metis_parts(
 
     if objective not in ("cut", "vol"):
         raise PartitionError(f"unknown METIS objective '{objective}' (choose cut or vol)")
-    if num_parts == 1:
-        return np.zeros(graph.num_nodes, dtype=np.int32)
-    adj = undirected_adjacency(graph, edge_weight)
-    vw = vweights if vweights is not None else vertex_weights(graph, balance)
-    opts = pymetis.Options(seed=int(seed))
-    if objective == "vol":
-        opts.objtype = int(pymetis.ObjType.VOL)
-    eweights = None
-    if edge_weight is not None:
-        eweights = np.maximum(adj.data, 1).astype(np.int64)
-    _, parts = pymetis.part_graph(
-        num_parts,
-        adjacency=pymetis.CSRAdjacency(adj.indptr.astype(np.int64), adj.indices.astype(np.int64)),
-        vweights=None if vw is None else np.ascontiguousarray(vw.sum(axis=1), dtype=np.int64),
-        eweights=eweights,
-        options=opts,
-        recursive=False,  # k-way: the only METIS mode that supports the volume objective
-    )
-    parts = np.asarray(parts, dtype=np.int32)
-    if vw is not None and vw.shape[1] > 1:
-        parts = rebalance(adj, parts, vw[:, 1:], num_parts).astype(np.int32)
-    return parts
+
+    def run(adj: sp.csr_matrix, node_weights: np.ndarray | None) -> np.ndarray:
+        opts = pymetis.Options(seed=int(seed))
+        if objective == "vol":
+            opts.objtype = int(pymetis.ObjType.VOL)
+        _, parts = pymetis.part_graph(
+            num_parts,
+            adjacency=pymetis.CSRAdjacency(adj.indptr.astype(np.int64), adj.indices.astype(np.int64)),
+            vweights=node_weights,
+            eweights=None if edge_weight is None else np.maximum(adj.data, 1).astype(np.int64),
+            options=opts,
+            recursive=False,  # k-way: the only METIS mode that supports the volume objective
+        )
+        return parts
+
+    return balanced_run(graph, num_parts, run, balance, vweights, edge_weight)
+
+
+def mtkahypar_parts(graph: Graph, num_parts: int, seed: int = 0, balance: Sequence[str] = (), objective: str = "cut",
+                    edge_weight: np.ndarray | None = None, vweights: np.ndarray | None = None) -> np.ndarray:
+    """Mt-KaHyPar: edge cut, or (`objective="vol"`) halo rows exactly, as hypergraph connectivity."""
+    from partition.backends import mtkahypar_parts as run_mtkahypar
+
+    return balanced_run(graph, num_parts, lambda adj, nw: run_mtkahypar(graph, adj, num_parts, nw, seed, objective),
+                        balance, vweights, edge_weight)
+
+
+def kahip_parts(graph: Graph, num_parts: int, seed: int = 0, balance: Sequence[str] = (), mode: str = "eco",
+                edge_weight: np.ndarray | None = None, vweights: np.ndarray | None = None, **_: object) -> np.ndarray:
+    """KaHIP's kaffpa (edge cut) in its fast, eco or strong configuration."""
+    from partition.backends import kahip_parts as run_kahip
+
+    return balanced_run(graph, num_parts, lambda adj, nw: run_kahip(adj, num_parts, nw, seed, mode),
+                        balance, vweights, edge_weight)
 
 
 def random_parts(graph: Graph, num_parts: int, seed: int = 0, **_: object) -> np.ndarray:
@@ -110,6 +142,8 @@ def streaming_parts(graph: Graph, num_parts: int, seed: int = 0, method: str = "
 
 METHODS: dict[str, Callable[..., np.ndarray]] = {
     "metis": metis_parts,
+    "mtkahypar": mtkahypar_parts,
+    "kahip": kahip_parts,
     "random": random_parts,
     "contiguous": contiguous_parts,
     "ldg": lambda g, k, **kw: streaming_parts(g, k, method="ldg", **kw),

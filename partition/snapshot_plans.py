@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from partition.build import PartPlan, build_parts
-from partition.methods import assign_parts
+from partition.methods import WEIGHTED, assign_parts
 from partition.store import SNAPSHOT_FILE, SNAPSHOT_VERSION, write_partition
 from partition.temporal import Snapshots
 
@@ -124,12 +124,15 @@ def build_snapshot_diffs(seq: Snapshots, parts: np.ndarray, plans: list[PartPlan
 
 
 def write_snapshot_partition(out, seq: Snapshots, num_parts: int, method: str = "metis", seed: int = 0,
-                             objective: str = "cut", force: bool = False, dataset: str | None = None) -> dict:
-    """Partition the union graph once (edges weighted by how many snapshots hold them), write format 3."""
+                             force: bool = False, dataset: str | None = None, **options) -> dict:
+    """Partition the union graph once (edges weighted by how many snapshots hold them), write format 3.
+
+    `options`: what the method takes besides the seed (objective, mode).
+    """
     union = seq.union_graph()
-    kwargs = {"seed": seed}
-    if method == "metis":  # an edge present all the time costs more to cut than one seen once
-        kwargs.update(objective=objective, edge_weight=union.edge_weight)
+    kwargs = dict(options, seed=seed)
+    if method in WEIGHTED:  # an edge present all the time costs more to cut than one seen once
+        kwargs.update(edge_weight=union.edge_weight)
     parts = assign_parts(union, num_parts, method, **kwargs)
     plans = list(build_parts(union, parts, num_parts))
     diffs, churn = build_snapshot_diffs(seq, parts, plans)
@@ -147,7 +150,7 @@ def write_snapshot_partition(out, seq: Snapshots, num_parts: int, method: str = 
     }
     meta = {
         "graph": seq.name, "dataset": dataset or seq.name, "num_parts": num_parts, "method": method,
-        "objective": objective if method == "metis" else None, "balance": [], "seed": seed,
+        "objective": options.get("objective"), "balance": [], "seed": seed,
         "num_nodes": seq.num_nodes, "num_edges": union.num_edges, "num_features": seq.num_features,
         "num_classes": seq.num_classes, "task": seq.task, "num_snapshots": seq.num_snapshots,
         "num_train_snapshots": seq.num_train, "weighted": True, "node_types": None, "edge_types": None,

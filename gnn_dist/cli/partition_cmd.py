@@ -9,6 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from partition.errors import PartitionError
+from partition.methods import WEIGHTED
 from partition.hetero import HeteroGraph
 from partition.temporal import Snapshots
 
@@ -21,17 +22,23 @@ def add_parser(sub) -> None:
                         "| dynamic: chickenpox | england_covid | json:SERIES.json | dsbm:key=value,... "
                         "| typed: hsbm:key=value,... | hfile:GRAPH.npz | edge list in chunks: edges:FILE_GLOB_OR_DIR")
     p.add_argument("--parts", type=int, required=True, help="number of parts (= training ranks)")
-    p.add_argument("--method", default="metis", choices=["metis", "random", "contiguous", "ldg", "fennel"],
-                   help="metis (default), baselines random and contiguous, or streaming ldg / fennel for graphs "
+    p.add_argument("--method", default="metis",
+                   choices=["metis", "mtkahypar", "kahip", "random", "contiguous", "ldg", "fennel"],
+                   help="metis (default); mtkahypar or kahip (optional extras: pip install 'gnn-dist[mtkahypar]' "
+                        "or '[kahip]'); baselines random and contiguous; or streaming ldg / fennel for graphs "
                         "whose METIS run would not fit in memory")
+    p.add_argument("--kahip-mode", default="eco", choices=["fast", "eco", "strong"],
+                   help="kahip: kaffpa's configuration, from quickest to best cut (default eco)")
     p.add_argument("--passes", type=int, default=1, help="streaming methods: passes over the nodes (restreaming)")
     p.add_argument("--assignment", default=None, metavar="PARTS.npy",
                    help="use this node -> part array (e.g. from `mpiexec -n R gnn-dist assign`) instead of --method")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--seed", type=int, default=0, help="seed for METIS and the random baseline (default 0)")
-    p.add_argument("--balance", default="", help="extra METIS balance constraints, comma separated: train,degree")
+    p.add_argument("--balance", default="",
+                   help="extra balance constraints for metis, mtkahypar and kahip, comma separated: train,degree")
     p.add_argument("--objective", default="cut", choices=["cut", "vol"],
-                   help="METIS objective: edge cut or total communication volume (default cut)")
+                   help="metis and mtkahypar: edge cut, or communication volume (mtkahypar: exactly the halo rows, "
+                        "as hypergraph connectivity of each node's out-neighbourhood) (default cut)")
     p.add_argument("--data-dir", default=None, help="folder holding shipped data sets (default: found automatically)")
     p.add_argument("--link-split", default=None, metavar="VAL,TEST",
                    help="hold out these fractions of edges (pairs) for link prediction, with as many negatives; "
@@ -50,11 +57,20 @@ def graph_bytes(graph) -> int:
     return 8 * (n + 1) + 8 * e + (4 * e if graph.edge_weight is not None else 0) + graph.x.nbytes + 11 * n
 
 
+def method_options(args: argparse.Namespace) -> dict:
+    """What --method takes besides the seed: METIS's and Mt-KaHyPar's objective, KaHIP's mode."""
+    if args.method in ("metis", "mtkahypar"):
+        return {"objective": args.objective}
+    if args.objective != "cut":
+        raise PartitionError(f"--objective {args.objective} applies to --method metis and mtkahypar")
+    return {"mode": args.kahip_mode} if args.method == "kahip" else {}
+
+
 def estimate_peak_bytes(graph, method: str) -> int:
     """The graph, plus the symmetric adjacency the method builds (COO -> CSR, sum with its transpose:
     about four int64 copies of 2E entries for METIS and the streaming methods), plus one part's plan."""
     e = graph.num_edges
-    work = 4 * 16 * e if method in ("metis", "ldg", "fennel") else 8 * graph.num_nodes
+    work = 4 * 16 * e if method in ("metis", "mtkahypar", "kahip", "ldg", "fennel") else 8 * graph.num_nodes
     return graph_bytes(graph) + work + graph_bytes(graph) // 2
 
 
@@ -98,11 +114,11 @@ def run(args: argparse.Namespace) -> int:
     log(f"estimated peak memory {estimate_peak_bytes(graph, args.method) / 2**30:.2f} GiB "
         f"(graph {graph_bytes(graph) / 2**30:.2f} GiB held once, plus the {args.method} working set)")
     t1 = time.perf_counter()
-    kwargs = {"seed": args.seed}
-    if args.method == "metis":
-        kwargs.update(balance=balance, objective=args.objective)
+    kwargs = dict(method_options(args), seed=args.seed)
+    if args.method in WEIGHTED:
+        kwargs.update(balance=balance)
     elif balance:
-        raise PartitionError("--balance applies to --method metis only")
+        raise PartitionError("--balance applies to --method metis, mtkahypar and kahip")
     if args.method in ("ldg", "fennel"):
         if args.passes < 1:
             raise PartitionError(f"--passes must be >= 1, got {args.passes}")
@@ -118,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     t_assign = time.perf_counter() - t1
     meta = {
         "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,
-        "objective": args.objective if args.method == "metis" else None, "balance": list(balance),
+        "objective": kwargs.get("objective"), "balance": list(balance),
         "seed": args.seed, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
         "num_features": graph.num_features, "num_classes": graph.num_classes,
         "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
@@ -144,8 +160,8 @@ def run_snapshots(args: argparse.Namespace, seq: Snapshots, balance: tuple, t0: 
         raise PartitionError("--balance applies to static graphs only")
     log(f"{seq.name}: {seq.num_snapshots} snapshots of {seq.num_nodes} nodes, {seq.num_features} features, "
         f"{seq.task} ({time.perf_counter() - t0:.1f}s); partitioning the union graph")
-    meta = write_snapshot_partition(args.out, seq, args.parts, args.method, seed=args.seed, objective=args.objective,
-                                    force=args.force, dataset=args.dataset)
+    meta = write_snapshot_partition(args.out, seq, args.parts, args.method, seed=args.seed, force=args.force,
+                                    dataset=args.dataset, **method_options(args))
     summary = meta["churn_summary"]
     print(f"{args.parts} parts of {seq.name}: {seq.num_snapshots} snapshots, halo {summary['halo_rows_mean']:.0f} rows "
           f"per snapshot (union {summary['halo_rows_union']}); per step {summary['halo_added_per_step']:.1f} halo "
@@ -166,8 +182,8 @@ def run_hetero(args: argparse.Namespace, hg: HeteroGraph, balance: tuple, t0: fl
         raise PartitionError(f"--parts must be between 1 and the number of nodes ({hg.total_nodes}), got {args.parts}")
     log(f"{hg.name}: node types " + ", ".join(f"{t} {hg.num_nodes[t]} x {hg.x[t].shape[1]}" for t in hg.node_types)
         + f"; {len(hg.edge_types)} edge types; target {hg.target} ({hg.num_classes} classes)")
-    meta = write_hetero_partition(args.out, hg, args.parts, args.method, seed=args.seed, objective=args.objective,
-                                  force=args.force, dataset=args.dataset)
+    meta = write_hetero_partition(args.out, hg, args.parts, args.method, seed=args.seed, force=args.force,
+                                  dataset=args.dataset, **method_options(args))
     print(format_stats(meta["stats"], meta["parts"]))
     for t, name in enumerate(meta["node_types"]):
         counts = [row[t] for row in meta["type_counts"]]
