@@ -133,11 +133,11 @@ def contiguous_parts(graph: Graph, num_parts: int, **_: object) -> np.ndarray:
 
 
 def streaming_parts(graph: Graph, num_parts: int, seed: int = 0, method: str = "fennel", passes: int = 1,
-                    **_: object) -> np.ndarray:
+                    order: str = "bfs", **_: object) -> np.ndarray:
     """LDG / Fennel in one (or a few) streaming passes: for graphs too big for METIS's memory."""
     from partition.streaming import stream_parts
 
-    return stream_parts(undirected_adjacency(graph), num_parts, method, seed=seed, passes=passes)
+    return stream_parts(undirected_adjacency(graph), num_parts, method, seed=seed, passes=passes, order=order)
 
 
 METHODS: dict[str, Callable[..., np.ndarray]] = {

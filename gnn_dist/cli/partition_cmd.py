@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
     p.add_argument("--kahip-mode", default="eco", choices=["fast", "eco", "strong"],
                    help="kahip: kaffpa's configuration, from quickest to best cut (default eco)")
     p.add_argument("--passes", type=int, default=1, help="streaming methods: passes over the nodes (restreaming)")
+    p.add_argument("--stream-order", default="bfs", choices=["bfs", "random"],
+                   help="streaming methods: one node at a time in breadth-first order (default; follows meshes), "
+                        "or in batches in a seeded random order (what `gnn-dist assign` does over MPI ranks)")
     p.add_argument("--assignment", default=None, metavar="PARTS.npy",
                    help="use this node -> part array (e.g. from `mpiexec -n R gnn-dist assign`) instead of --method")
     p.add_argument("--out", required=True, help="output directory")
@@ -122,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.method in ("ldg", "fennel"):
         if args.passes < 1:
             raise PartitionError(f"--passes must be >= 1, got {args.passes}")
-        kwargs.update(passes=args.passes)
+        kwargs.update(passes=args.passes, order=args.stream_order)
     if args.assignment:
         from partition.methods import read_assignment
 
