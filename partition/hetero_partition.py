@@ -18,7 +18,7 @@ import numpy as np
 from partition.build import build_parts, local_order
 from partition.graph import Graph
 from partition.hetero import HeteroGraph
-from partition.methods import WEIGHTED, assign_parts
+from partition.methods import WEIGHTED, assign_parts, constraint_balance
 from partition.stats import partition_stats
 from partition.store import HETERO_VERSION, RELAGG_FILE, TYPED_FEATURES_FILE, write_partition
 
@@ -111,15 +111,15 @@ def relagg_plans(g: Graph, parts: np.ndarray, num_parts: int, num_relations: int
 
 
 def write_hetero_partition(out, hg: HeteroGraph, num_parts: int, method: str = "metis", seed: int = 0,
-                           force: bool = False, dataset: str | None = None, **options) -> dict:
-    """`options`: what the method takes besides the seed (objective, mode)."""
+                           force: bool = False, dataset: str | None = None, balance: tuple = (), **options) -> dict:
+    """`options`: what the method takes besides the seed (objective, mode); node types are always
+    balanced, and `balance` may add "train" (target nodes in training) or "degree"."""
     g = hg.to_homogeneous()
     num_types = len(hg.node_types)
     kwargs = dict(options, seed=seed)
+    balance = ("types",) + tuple(b for b in balance if b != "types")
     if method in WEIGHTED:
-        onehot = np.zeros((g.num_nodes, num_types), np.int64)
-        onehot[np.arange(g.num_nodes), g.node_type] = 1
-        kwargs.update(vweights=np.concatenate([np.ones((g.num_nodes, 1), np.int64), onehot], 1))
+        kwargs.update(balance=balance)
     parts = assign_parts(g, num_parts, method, **kwargs)
     counts = type_balance(parts, g.node_type, num_parts, num_types)
     relagg, relagg_summary = relagg_plans(g, parts, num_parts, len(hg.edge_types))
@@ -136,7 +136,8 @@ def write_hetero_partition(out, hg: HeteroGraph, num_parts: int, method: str = "
 
     meta = {
         "graph": hg.name, "dataset": dataset or hg.name, "num_parts": num_parts, "method": method,
-        "objective": options.get("objective"), "balance": ["node_type"], "seed": seed,
+        "objective": options.get("objective"), "balance": ["node_type"] + list(balance[1:]), "seed": seed,
+        "constraints": constraint_balance(g, parts, num_parts, balance, hg.node_types),
         "num_nodes": g.num_nodes, "num_edges": g.num_edges, "num_features": 0, "num_classes": hg.num_classes,
         "num_train": int(g.train_mask.sum()), "weighted": False, **hg.meta(),
         "type_counts": counts.tolist(), "relagg": relagg_summary,

@@ -9,7 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from partition.errors import PartitionError
-from partition.methods import WEIGHTED
+from partition.methods import BALANCE_KEYS, WEIGHTED, constraint_balance
 from partition.hetero import HeteroGraph
 from partition.temporal import Snapshots
 
@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     if args.assignment and not Path(args.assignment).is_file():
         raise PartitionError(f"assignment {args.assignment} does not exist")
     balance = tuple(b for b in args.balance.split(",") if b)
+    for key in balance:  # before loading: a typo should not cost the load
+        if key not in BALANCE_KEYS:
+            raise PartitionError(f"unknown balance key '{key}' (choose from {', '.join(BALANCE_KEYS)})")
     t0 = time.perf_counter()
     log(f"loading {args.dataset}")
     graph = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)
@@ -142,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         "num_features": graph.num_features, "num_classes": graph.num_classes,
         "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
         "node_types": None, "edge_types": None, "link_split": args.link_split,
+        "constraints": constraint_balance(graph, parts, args.parts, balance),
     }
     bar = tqdm(total=args.parts, desc="writing parts", unit="part", file=sys.stderr, disable=None)
     written = write_partition(out, meta, parts, build_parts(graph, parts, args.parts), force=args.force,
@@ -150,8 +154,20 @@ def run(args: argparse.Namespace) -> int:
                               root_files={"link_edges.npz": links} if links else None)
     bar.close()
     print(format_stats(written["stats"], written["parts"]))
+    report_constraints(meta["constraints"], balance)
     log(f"wrote {out} (assign {t_assign:.1f}s, total {time.perf_counter() - t0:.1f}s)")
     return 0
+
+
+def report_constraints(constraints: dict, balance) -> None:
+    """Each balance constraint as measured; a warning naming any that missed the tolerance, and by how much."""
+    from partition.methods import unmet
+
+    if balance:
+        print("balance constraints (max / mean): " + " | ".join(f"{k} {v:.3f}" for k, v in constraints.items()))
+    missed = unmet(constraints)
+    if missed:
+        log("warning: balance not met: " + "; ".join(missed))
 
 
 
@@ -179,15 +195,14 @@ def run_hetero(args: argparse.Namespace, hg: HeteroGraph, balance: tuple, t0: fl
     from partition import format_stats
     from partition.hetero_partition import write_hetero_partition
 
-    if balance:
-        raise PartitionError("--balance: typed graphs are always balanced per node type")
     if args.parts > hg.total_nodes:
         raise PartitionError(f"--parts must be between 1 and the number of nodes ({hg.total_nodes}), got {args.parts}")
     log(f"{hg.name}: node types " + ", ".join(f"{t} {hg.num_nodes[t]} x {hg.x[t].shape[1]}" for t in hg.node_types)
         + f"; {len(hg.edge_types)} edge types; target {hg.target} ({hg.num_classes} classes)")
     meta = write_hetero_partition(args.out, hg, args.parts, args.method, seed=args.seed, force=args.force,
-                                  dataset=args.dataset, **method_options(args))
+                                  dataset=args.dataset, balance=balance, **method_options(args))
     print(format_stats(meta["stats"], meta["parts"]))
+    report_constraints(meta["constraints"], ("types",) + balance)
     for t, name in enumerate(meta["node_types"]):
         counts = [row[t] for row in meta["type_counts"]]
         print(f"{name:>12}: per part {' / '.join(map(str, counts))} (max {max(counts) / (sum(counts) / len(counts)):.3f}x mean)")
