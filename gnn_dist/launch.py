@@ -154,18 +154,26 @@ def _leave_on_uncaught(hook):
     return excepthook
 
 
+TRANSPORT_ERRORS = ("third_party/gloo", "gloo/transport", "NCCL error", "Connection closed by peer",
+                    "Connection reset by peer", "Socket Timeout")
+
+
 def is_collective_failure(exc: BaseException) -> bool:
-    """Did `exc` come out of a collective (a peer gone, a timeout) rather than out of model code?"""
+    """Did `exc` come out of a collective (a peer gone, a timeout) rather than out of model code?
+
+    Yes if torch says so (DistError), if the innermost frame is torch.distributed's or waits on a
+    collective's work handle, or if the message is a transport's (gloo, NCCL).
+    """
+    import traceback
+
     if isinstance(exc, getattr(dist, "DistError", ())):
         return True
-    tb, last = exc.__traceback__, None
-    while tb is not None:
-        last = tb
-        tb = tb.tb_next
-    if last is None:
-        return False
-    where = last.tb_frame.f_code
-    return f"torch{os.sep}distributed" in where.co_filename or where.co_name in ("_finish_transfer", "all_sum")
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        if f"torch{os.sep}distributed" in last.filename or ".wait()" in (last.line or ""):
+            return True
+    return any(s in str(exc) for s in TRANSPORT_ERRORS)
 
 
 def describe_user_error(exc: BaseException) -> str:

@@ -222,3 +222,26 @@ def test_the_public_api_is_listed_and_documented():
         assert name in dir(gd.nn)
     for method in ("message", "update", "forward", "propagate"):
         assert getattr(gd.nn.MessagePassing, method).__doc__, method
+
+
+def test_a_broken_collective_is_told_apart_from_a_user_error():
+    """A gloo failure surfaces in a work handle's wait(); a shape bug in model code does not."""
+    from gnn_dist.launch import describe_user_error, is_collective_failure
+
+    class Work:
+        def wait(self):
+            raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+
+    def transfer(work):
+        work.wait()
+
+    try:
+        transfer(Work())
+    except RuntimeError as e:
+        assert is_collective_failure(e)
+    try:
+        torch.nn.Linear(3, 2)(torch.zeros(4, 5))
+    except RuntimeError as e:
+        assert not is_collective_failure(e)
+        line = describe_user_error(e)
+        assert line.startswith("RuntimeError in ") and "test_layer_api.py" in line and "\n" not in line
