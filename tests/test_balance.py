@@ -54,3 +54,25 @@ def test_bad_balance_keys_are_one_line(key, needle, tmp_path):
     r = run_cli("partition", "--dataset", "sbm:nodes=60,classes=2,avg_degree=4,features=2", "--parts", "2",
                 "--balance", key, "--out", str(tmp_path / "k"))
     assert r.returncode == 2 and needle in r.stderr, r.stderr
+
+
+def test_refinement_lowers_the_busiest_parts_volume_and_keeps_node_balance():
+    from partition.methods import undirected_adjacency
+    from partition.refine import refine_volume, volumes
+
+    g = load_dataset("rmat:scale=13,edges=120000,seed=2")
+    src, dst = g.edge_index()
+    parts = assign_parts(g, 8, "metis")
+    refined, rep = refine_volume(undirected_adjacency(g), src, dst, parts, 8)
+    send, recv = volumes(src, dst, refined, 8)
+    assert rep["after"] == {"total": int(recv.sum()), "max_send": int(send.max()), "max_recv": int(recv.max())}
+    busiest = max(rep["after"]["max_send"], rep["after"]["max_recv"])
+    assert busiest < 0.9 * max(rep["before"]["max_send"], rep["before"]["max_recv"]), rep
+    assert np.bincount(refined, minlength=8).max() <= max(np.bincount(parts).max(), np.ceil(1.03 * g.num_nodes / 8))
+
+
+def test_partition_refine_reports_before_and_after(tmp_path):
+    r = run_cli("partition", "--dataset", "sbm:nodes=600,classes=3,avg_degree=6,features=2", "--parts", "3",
+                "--refine", "--out", str(tmp_path / "p"))
+    assert r.returncode == 0, r.stderr
+    assert "refined for the busiest part: rows sent max " in r.stderr and "total " in r.stderr
