@@ -44,4 +44,11 @@ class PyGNN(nn.Module):
 
 
 def to_pyg(model: GNN) -> PyGNN:
+    """The PyG twin of a built-in static model (the registry's static names); typed and dynamic models have
+    theirs in `gnn_dist.nn.hetero.PyGHeteroGNN` and `gnn_dist.nn.temporal.to_pyg_temporal`."""
+    from gnn_dist.nn.registry import names
+
+    if not isinstance(model, GNN) or model.kind not in names("static"):
+        raise TypeError(f"to_pyg exports the built-in static models ({', '.join(names('static'))}), "
+                        f"not {type(model).__name__}")
     return PyGNN(model)
