@@ -187,7 +187,7 @@ class LocalGraph:
 
     def edges(self, loops: str = "keep", norm: str = "none", weighted: bool = True) -> dict:
         """Edge lists of central and marginal rows for per-edge messages: (dst row in block, src col, weight,
-        features or None, dst local row), destinations sorted.
+        features or None), destinations sorted.
 
         `loops`: "keep" the graph's edges; "replace" drops existing loops and adds one unit loop per
         inner node (PyG's remove + add_self_loops, GAT); "remaining" adds a unit loop where a node has
@@ -197,9 +197,7 @@ class LocalGraph:
         key = (loops, norm, weighted)
         if key not in self._edges:
             rows, cols = self._rows(), self.indices
-            w = self._weights(weighted)
-            if norm == "gcn":
-                w = self._values("sum", "gcn", weighted)
+            w = self._values("sum", "gcn", weighted) if norm == "gcn" else self._weights(weighted)
             attr = self.edge_attr
             if loops != "keep":
                 keep = cols != rows if loops == "replace" else np.ones(rows.shape[0], bool)
@@ -218,9 +216,8 @@ class LocalGraph:
             t = lambda a, dt=torch.int64: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dt)
             a = (lambda lo, hi: None) if attr is None else (lambda lo, hi: t(attr[lo:hi], torch.float32))
             self._edges[key] = {
-                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32), a(0, split),
-                            t(rows[:split])),
+                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32), a(0, split)),
                 "marginal": (t(rows[split:] - self.num_central), t(cols[split:]), t(w[split:], torch.float32),
-                             a(split, rows.shape[0]), t(rows[split:])),
+                             a(split, rows.shape[0])),
             }
         return self._edges[key]

@@ -18,6 +18,7 @@ import struct
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 
 import torch
@@ -146,11 +147,8 @@ def _leave_on_uncaught(hook):
     """
     def excepthook(exc_type, exc, tb):
         hook(exc_type, exc, tb)
-        ctx = _OPEN[-1] if _OPEN else None
-        if ctx is None or issubclass(exc_type, KeyboardInterrupt):
-            return
-        ctx.fail(None if issubclass(exc_type, SystemExit) else f"{exc_type.__name__}: {exc}", code=1,
-                 grace_s=0.5, publish=True)
+        if _OPEN and not issubclass(exc_type, KeyboardInterrupt):  # (SystemExit never reaches an excepthook)
+            _OPEN[-1].fail(f"{exc_type.__name__}: {exc}", code=1, grace_s=0.5, publish=True)
     return excepthook
 
 
@@ -164,8 +162,6 @@ def is_collective_failure(exc: BaseException) -> bool:
     Yes if torch says so (DistError), if the innermost frame is torch.distributed's or waits on a
     collective's work handle, or if the message is a transport's (gloo, NCCL).
     """
-    import traceback
-
     if isinstance(exc, getattr(dist, "DistError", ())):
         return True
     frames = traceback.extract_tb(exc.__traceback__)
@@ -178,8 +174,6 @@ def is_collective_failure(exc: BaseException) -> bool:
 
 def describe_user_error(exc: BaseException) -> str:
     """One line: the error and the innermost frame of user code (not torch's, not gnn-dist's) that raised it."""
-    import traceback
-
     frames = traceback.extract_tb(exc.__traceback__)
     pkg_dirs = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
     user = [f for f in frames if not f.filename.startswith(pkg_dirs)]

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     ctx = init(backend=args.backend, timeout_s=args.timeout, expected_world=meta["num_parts"])
     t.partition = args.partition
     graph = load_graph(t, ctx, meta)
-    model = build_user_or_builtin(t, ctx, graph, meta, t.hidden if getattr(t, "task", "node") == "link" else graph.num_classes)
+    width = t.hidden if getattr(t, "task", "node") == "link" else graph.num_classes  # link: embeddings
+    model = build_user_or_builtin(t, ctx, graph, meta, width)
     if args.output == "embeddings" and not registry.accepts_embed(model):
         raise UsageError(f"--output embeddings needs a model whose forward takes embed=True; {t.model}'s does not")
     try:

@@ -216,8 +216,9 @@ class MessagePassing(nn.Module):
 
     def _aggregate_block(self, graph: LocalGraph, block, inputs: dict, sources: dict, start: int,
                          stop: int) -> torch.Tensor:
-        rows, cols, w, attr, local_rows = block
+        rows, cols, w, attr = block
         n = stop - start
+        local_rows = rows + start  # part-local destination rows
         kwargs = {}
         for a in self._msg_args:
             if a.endswith("_j") and a[:-2] in sources:

@@ -121,22 +121,23 @@ def graph_kind(spec: str) -> str | None:
     return REGISTRY[spec].graph if spec in REGISTRY else None
 
 
-def check(spec: str) -> None:
-    """One line if `spec` names no model (before any rank starts talking)."""
+def builder_of(spec: str) -> Builder:
+    """The builder `spec` names; one line if it names none (call before any rank starts talking)."""
     if spec in REGISTRY:
-        return
+        return REGISTRY[spec].build
     if not is_user_model(spec):
         raise InputError(f"unknown model '{spec}' (choose from {describe()})")
-    _load_user_builder(spec)
+    return _load_user_builder(spec)
+
+
+def check(spec: str) -> None:
+    """One line if `spec` names no model."""
+    builder_of(spec)
 
 
 def build(spec: str, num_features: int, num_classes: int, config: ModelConfig) -> nn.Module:
     """The model `spec` names, built for these sizes."""
-    if spec in REGISTRY:
-        return REGISTRY[spec].build(num_features, num_classes, config)
-    check(spec)
-    builder = _load_user_builder(spec)
-    model = builder(num_features, num_classes, config)
+    model = builder_of(spec)(num_features, num_classes, config)
     if not isinstance(model, nn.Module):
         raise InputError(f"--model {spec}: {spec.rpartition(':')[2]}() returned {type(model).__name__}, "
                          f"not a torch.nn.Module")
