@@ -13,12 +13,12 @@ import importlib
 __version__ = "0.1.0"
 # Loaded on first use, so the partitioning commands (numpy, scipy, pymetis) never import torch.
 _EXPORTS = {
-    "LocalGraph": "gnn_dist.graph", "DistContext": "gnn_dist.launch", "init": "gnn_dist.launch",
-    "load_partition": "gnn_dist.loader", "Trainer": "gnn_dist.trainer", "load_hetero_partition": "gnn_dist.hetero",
-    "local_hetero": "gnn_dist.hetero", "SnapshotSequence": "gnn_dist.snapshots",
-    "TemporalTrainer": "gnn_dist.temporal_trainer", "LinkTrainer": "gnn_dist.link",
-    "ExchangeConfig": "gnn_dist.exchange", "ModelConfig": "gnn_dist.nn.registry",
-    "InputError": "gnn_dist.errors", "LaunchError": "gnn_dist.errors",
+    "LocalGraph": "gnn_dist.graph.local", "DistContext": "gnn_dist.runtime.launch", "init": "gnn_dist.runtime.launch",
+    "load_partition": "gnn_dist.graph.load", "Trainer": "gnn_dist.train.trainer", "load_typed_partition": "gnn_dist.graph.typed",
+    "local_typed": "gnn_dist.graph.typed", "SnapshotSequence": "gnn_dist.graph.dynamic",
+    "DynamicTrainer": "gnn_dist.train.dynamic", "LinkTrainer": "gnn_dist.train.link",
+    "ExchangeConfig": "gnn_dist.runtime.exchange", "ModelConfig": "gnn_dist.nn.registry",
+    "UsageError": "gnn_dist.errors", "LaunchError": "gnn_dist.errors",
 }
 __all__ = ["nn", *_EXPORTS]
 

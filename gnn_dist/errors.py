@@ -1,14 +1,4 @@
-"""Errors the CLI turns into one line and exit code 2; torch-free, so commands that never train stay light."""
-from __future__ import annotations
+"""gnn-dist's errors, for runtime code and user scripts (defined torch-free in `partition.errors`)."""
+from partition.errors import DataError, GnnDistError, LaunchError, MissingExtraError, PartitionFormatError, UsageError
 
-
-class LaunchError(RuntimeError):
-    """The job cannot start (or go on) as launched; the message says why."""
-
-
-class InputError(ValueError):
-    """The data or settings handed to the runtime cannot work (e.g. no training nodes); one line, exit 2.
-
-    Kept apart from ValueError at large, so that a ValueError raised in a user's layer is reported as
-    that layer's error, not as a usage error.
-    """
+__all__ = ["GnnDistError", "DataError", "UsageError", "LaunchError", "PartitionFormatError", "MissingExtraError"]

@@ -3,16 +3,17 @@
 Runs on a big-memory CPU box with numpy, scipy and pymetis alone: it turns a
 `Graph` into a partition directory that the training ranks load.
 """
-from partition.errors import PartitionError
-from partition.graph import Graph
-from partition.methods import METHODS, assign_parts
 from partition.book import PartitionBook
 from partition.build import PartPlan, build_parts
-from partition.stats import partition_stats, format_stats
+from partition.errors import DataError, GnnDistError, PartitionFormatError, UsageError
+from partition.graph import Graph
+from partition.methods import METHODS, assign_parts
+from partition.stats import format_stats, partition_stats
 from partition.store import FORMAT_VERSION, read_meta, read_part, write_partition
 
 __all__ = [
-    "Graph", "PartitionError", "METHODS", "assign_parts", "PartPlan", "build_parts",
+    "Graph", "GnnDistError", "DataError", "UsageError", "PartitionFormatError", "METHODS", "assign_parts",
+    "PartPlan", "build_parts",
     "partition_stats", "format_stats", "FORMAT_VERSION", "read_meta", "read_part",
     "write_partition", "PartitionBook",
 ]

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from partition.errors import PartitionError
+from partition.errors import MissingExtraError, UsageError
 from partition.graph import Graph
 
 KAHIP_MODES = ("fast", "eco", "strong")
@@ -27,8 +27,7 @@ def need(module: str) -> object:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise PartitionError(f"--method {module} needs the {module} package: pip install 'gnn-dist[{module}]'") \
-            from None
+        raise MissingExtraError(f"--method {module}", module, module) from None
 
 
 def _mtkahypar(threads: int | None):
@@ -70,7 +69,7 @@ def mtkahypar_parts(graph: Graph, adj: sp.csr_matrix, num_parts: int, node_weigh
         edges = np.stack([upper.row, upper.col], axis=1).tolist()
         h = mt.create_graph(ctx, n, len(edges), edges, nw, np.maximum(upper.data, 1).astype(np.int64).tolist())
     else:
-        raise PartitionError(f"unknown objective '{objective}' (choose cut or vol)")
+        raise UsageError(f"unknown objective '{objective}' (choose cut or vol)")
     return np.asarray(h.partition(ctx).get_partition(), dtype=np.int32)
 
 
@@ -79,7 +78,7 @@ def kahip_parts(adj: sp.csr_matrix, num_parts: int, node_weights: np.ndarray | N
     """KaHIP's kaffpa on the symmetric adjacency, in its fast, eco or strong configuration."""
     k = need("kahip")
     if mode not in KAHIP_MODES:
-        raise PartitionError(f"unknown KaHIP mode '{mode}' (choose from {', '.join(KAHIP_MODES)})")
+        raise UsageError(f"unknown KaHIP mode '{mode}' (choose from {', '.join(KAHIP_MODES)})")
     n = adj.shape[0]
     vw = (node_weights if node_weights is not None else np.ones(n, np.int64)).astype(np.int64).tolist()
     _, blocks = k.kaffpa(vw, adj.indptr.astype(np.int64).tolist(), np.maximum(adj.data, 1).astype(np.int64).tolist(),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from partition.errors import PartitionError
+from partition.errors import DataError, PartitionFormatError
 from partition.store import read_meta
 
 
@@ -22,9 +22,10 @@ class PartitionBook:
         try:
             self.node_map = np.load(self.path / "node_map.npy", mmap_mode="r")
         except (OSError, ValueError) as e:
-            raise PartitionError(f"{self.path}/node_map.npy cannot be read: {e}") from None
+            raise PartitionFormatError(f"{self.path}/node_map.npy cannot be read: {e}") from None
         if self.node_map.shape != (self.num_nodes,):
-            raise PartitionError(f"{self.path}/node_map.npy has {self.node_map.shape[0]} entries for {self.num_nodes} nodes")
+            raise PartitionFormatError(f"{self.path}/node_map.npy has {self.node_map.shape[0]} entries "
+                                       f"for {self.num_nodes} nodes")
         self._inner: list[np.ndarray | None] = [None] * self.num_parts
         self._local: np.ndarray | None = None
 
@@ -32,13 +33,13 @@ class PartitionBook:
         g = np.asarray(gids, dtype=np.int64)
         if g.size and (g.min() < 0 or g.max() >= self.num_nodes):
             bad = int(g[(g < 0) | (g >= self.num_nodes)][0])
-            raise PartitionError(f"global node id {bad} is out of range for {self.num_nodes} nodes")
+            raise DataError(f"global node id {bad} is out of range for {self.num_nodes} nodes")
         return g
 
     def inner_nodes(self, part: int) -> np.ndarray:
         """Global ids of part's inner rows, in local order."""
         if not 0 <= part < self.num_parts:
-            raise PartitionError(f"part {part} does not exist ({self.num_parts} parts)")
+            raise DataError(f"part {part} does not exist ({self.num_parts} parts)")
         if self._inner[part] is None:
             with np.load(self.path / f"part-{part}" / "nodes.npz") as z:
                 self._inner[part] = z["global_ids"][: int(z["num_inner"])]
@@ -62,5 +63,5 @@ class PartitionBook:
         inner = self.inner_nodes(part)
         lid = np.asarray(local, dtype=np.int64)
         if lid.size and (lid.min() < 0 or lid.max() >= inner.shape[0]):
-            raise PartitionError(f"local id out of range for part {part} ({inner.shape[0]} inner nodes)")
+            raise DataError(f"local id out of range for part {part} ({inner.shape[0]} inner nodes)")
         return inner[lid]

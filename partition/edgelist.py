@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-from partition.errors import PartitionError
+from partition.errors import DataError
 from partition.graph import Graph
 
 SUFFIXES = (".csv", ".tsv", ".txt", ".npy", ".npz", ".edges")
@@ -23,7 +23,7 @@ def chunk_files(spec: str) -> list[Path]:
     p = Path(spec)
     files = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES) if p.is_dir() else [Path(f) for f in sorted(glob.glob(spec))]
     if not files:
-        raise PartitionError(f"edge list '{spec}': no files found (a file, a glob, or a folder of {', '.join(SUFFIXES)})")
+        raise DataError(f"edge list '{spec}': no files found (a file, a glob, or a folder of {', '.join(SUFFIXES)})")
     return files
 
 
@@ -42,7 +42,7 @@ def read_chunk(f: Path) -> tuple[np.ndarray, np.ndarray]:
         a = np.loadtxt(f, delimiter=delim, comments="#", dtype=np.int64, usecols=(0, 1), skiprows=header, ndmin=2)
         return a[:, 0], a[:, 1]
     except (OSError, ValueError, KeyError, IndexError) as e:
-        raise PartitionError(f"edge list chunk {f} cannot be read: {str(e).splitlines()[0]}") from None
+        raise DataError(f"edge list chunk {f} cannot be read: {str(e).splitlines()[0]}") from None
 
 
 def read_chunks(files: list[Path]) -> Iterator[tuple[Path, np.ndarray, np.ndarray]]:
@@ -50,7 +50,7 @@ def read_chunks(files: list[Path]) -> Iterator[tuple[Path, np.ndarray, np.ndarra
     for f in files:
         src, dst = read_chunk(f)
         if src.size and min(src.min(), dst.min()) < 0:
-            raise PartitionError(f"edge list chunk {f}: negative node id {int(min(src.min(), dst.min()))}")
+            raise DataError(f"edge list chunk {f}: negative node id {int(min(src.min(), dst.min()))}")
         yield f, src, dst
 
 
@@ -61,7 +61,7 @@ def load_edge_list(spec: str, num_nodes: int | None = None) -> Graph:
     for f, src, dst in read_chunks(files):  # pass 1: in-degree of every node
         top = int(max(src.max(), dst.max())) + 1 if src.size else 0
         if num_nodes and top > num_nodes:
-            raise PartitionError(f"edge list chunk {f}: node id {top - 1} is out of range for {num_nodes} nodes")
+            raise DataError(f"edge list chunk {f}: node id {top - 1} is out of range for {num_nodes} nodes")
         if top > deg.shape[0]:
             deg = np.concatenate([deg, np.zeros(top - deg.shape[0], np.int64)])
         deg += np.bincount(dst, minlength=deg.shape[0])

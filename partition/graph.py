@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from partition.errors import PartitionError
+from partition.errors import DataError, UsageError
 
 
 @dataclass
@@ -105,7 +105,7 @@ class Graph:
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         if src.shape != dst.shape or src.ndim != 1:
-            raise PartitionError(f"edge list: source and target arrays differ in shape {src.shape} vs {dst.shape}")
+            raise DataError(f"edge list: source and target arrays differ in shape {src.shape} vs {dst.shape}")
         _check_ids(src, num_nodes, "edge source")
         _check_ids(dst, num_nodes, "edge target")
         order = np.lexsort((src, dst))
@@ -121,36 +121,38 @@ class Graph:
         """Fail with one line naming the first problem: bad data must not reach a partition."""
         n = self.num_nodes
         if self.indptr.ndim != 1 or n < 0 or self.indptr[0] != 0:
-            raise PartitionError(f"graph {self.name}: indptr must be 1-D and start at 0")
+            raise UsageError(f"graph {self.name}: indptr must be 1-D and start at 0")
         if np.any(np.diff(self.indptr) < 0) or self.indptr[-1] != self.indices.shape[0]:
-            raise PartitionError(f"graph {self.name}: indptr is not monotone or does not end at the edge count")
+            raise DataError(f"graph {self.name}: indptr is not monotone or does not end at the edge count")
         _check_ids(self.indices, n, f"graph {self.name}: edge source")
         if self.x.ndim != 2 or self.x.shape[0] != n:
-            raise PartitionError(f"graph {self.name}: features have shape {self.x.shape}, expected ({n}, F)")
+            raise DataError(f"graph {self.name}: features have shape {self.x.shape}, expected ({n}, F)")
         if not np.isfinite(self.x).all():
             bad = int(np.argwhere(~np.isfinite(self.x))[0, 0])
-            raise PartitionError(f"graph {self.name}: features contain NaN or inf (first at node {bad})")
+            raise DataError(f"graph {self.name}: features contain NaN or inf (first at node {bad})")
         if self.y.shape != (n,):
-            raise PartitionError(f"graph {self.name}: labels have shape {self.y.shape}, expected ({n},)")
+            raise DataError(f"graph {self.name}: labels have shape {self.y.shape}, expected ({n},)")
         if self.y.size and (self.y.min() < -1 or (self.num_classes and self.y.max() >= self.num_classes)):
-            raise PartitionError(f"graph {self.name}: labels outside [-1, {self.num_classes})")
+            raise DataError(f"graph {self.name}: labels outside [-1, {self.num_classes})")
         for m in ("train_mask", "val_mask", "test_mask"):
             if getattr(self, m).shape != (n,):
-                raise PartitionError(f"graph {self.name}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
+                raise DataError(f"graph {self.name}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
         if self.edge_weight is not None:
             if self.edge_weight.shape != self.indices.shape:
-                raise PartitionError(f"graph {self.name}: edge_weight has {self.edge_weight.shape[0]} entries for {self.num_edges} edges")
+                raise DataError(f"graph {self.name}: edge_weight has {self.edge_weight.shape[0]} entries "
+                                     f"for {self.num_edges} edges")
             if not np.isfinite(self.edge_weight).all():
-                raise PartitionError(f"graph {self.name}: edge weights contain NaN or inf")
+                raise DataError(f"graph {self.name}: edge weights contain NaN or inf")
         if self.edge_attr is not None:
             if self.edge_attr.ndim != 2 or self.edge_attr.shape[0] != self.num_edges:
-                raise PartitionError(f"graph {self.name}: edge_attr has shape {self.edge_attr.shape}, expected ({self.num_edges}, D)")
+                raise DataError(f"graph {self.name}: edge_attr has shape {self.edge_attr.shape}, "
+                                     f"expected ({self.num_edges}, D)")
             if not np.isfinite(self.edge_attr).all():
-                raise PartitionError(f"graph {self.name}: edge features contain NaN or inf")
+                raise DataError(f"graph {self.name}: edge features contain NaN or inf")
         if self.edge_type is not None and self.edge_type.shape != self.indices.shape:
-            raise PartitionError(f"graph {self.name}: edge_type has {self.edge_type.shape[0]} entries for {self.num_edges} edges")
+            raise DataError(f"graph {self.name}: edge_type has {self.edge_type.shape[0]} entries for {self.num_edges} edges")
         if self.node_type is not None and self.node_type.shape != (n,):
-            raise PartitionError(f"graph {self.name}: node_type has {self.node_type.shape[0]} entries for {n} nodes")
+            raise DataError(f"graph {self.name}: node_type has {self.node_type.shape[0]} entries for {n} nodes")
 
 
 def _check_ids(ids: np.ndarray, num_nodes: int, what: str) -> None:
@@ -158,6 +160,6 @@ def _check_ids(ids: np.ndarray, num_nodes: int, what: str) -> None:
         return
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0:
-        raise PartitionError(f"{what} id {lo} is negative")
+        raise DataError(f"{what} id {lo} is negative")
     if hi >= num_nodes:
-        raise PartitionError(f"{what} id {hi} is out of range for {num_nodes} nodes")
+        raise DataError(f"{what} id {hi} is out of range for {num_nodes} nodes")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from partition.errors import PartitionError
+from partition.errors import UsageError
 from partition.graph import Graph
 
 
 def split_links(graph: Graph, val: float, test: float, seed: int = 0) -> tuple[Graph, dict]:
     if val < 0 or test < 0 or val + test >= 1:
-        raise PartitionError(f"--link-split wants VAL,TEST fractions >= 0 with VAL + TEST < 1, got {val},{test}")
+        raise UsageError(f"--link-split wants VAL,TEST fractions >= 0 with VAL + TEST < 1, got {val},{test}")
     n = graph.num_nodes
     src, dst = graph.edge_index()
     lo, hi = np.minimum(src, dst), np.maximum(src, dst)

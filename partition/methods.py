@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from partition.errors import PartitionError
+from partition.errors import DataError, UsageError
 from partition.graph import Graph
 from partition.rebalance import rebalance
 
@@ -47,12 +47,12 @@ def constraint_columns(graph: Graph, balance: Sequence[str]) -> tuple[list[str],
             cols.append(graph.in_degree() + graph.out_degree() + 1)
         elif key == "types":
             if graph.node_type is None:
-                raise PartitionError("--balance types applies to typed graphs (hsbm:, hfile:)")
+                raise UsageError("--balance types applies to typed graphs (hsbm:, hfile:)")
             for t in range(int(graph.node_type.max()) + 1):
                 names.append(f"type {t}")
                 cols.append((graph.node_type == t).astype(np.int64))
         else:
-            raise PartitionError(f"unknown balance key '{key}' (choose from {', '.join(BALANCE_KEYS)})")
+            raise UsageError(f"unknown balance key '{key}' (choose from {', '.join(BALANCE_KEYS)})")
     return names, np.stack(cols, axis=1)
 
 
@@ -115,7 +115,7 @@ def metis_parts(
     import pymetis
 
     if objective not in ("cut", "vol"):
-        raise PartitionError(f"unknown METIS objective '{objective}' (choose cut or vol)")
+        raise UsageError(f"unknown METIS objective '{objective}' (choose cut or vol)")
 
     def run(adj: sp.csr_matrix, node_weights: np.ndarray | None) -> np.ndarray:
         opts = pymetis.Options(seed=int(seed))
@@ -187,13 +187,13 @@ METHODS: dict[str, Callable[..., np.ndarray]] = {
 def assign_parts(graph: Graph, num_parts: int, method: str = "metis", **kwargs: object) -> np.ndarray:
     """Dispatch by name after the checks every method shares."""
     if method not in METHODS:
-        raise PartitionError(f"unknown partition method '{method}' (choose from {', '.join(METHODS)})")
+        raise UsageError(f"unknown partition method '{method}' (choose from {', '.join(METHODS)})")
     if num_parts < 1 or num_parts > graph.num_nodes:
-        raise PartitionError(f"--parts must be between 1 and the number of nodes ({graph.num_nodes}), got {num_parts}")
+        raise UsageError(f"--parts must be between 1 and the number of nodes ({graph.num_nodes}), got {num_parts}")
     parts = METHODS[method](graph, num_parts, **kwargs)
     counts = np.bincount(parts, minlength=num_parts)
     if (counts == 0).any():
-        raise PartitionError(f"method {method} left part {int(np.argmin(counts))} empty; use fewer parts")
+        raise DataError(f"method {method} left part {int(np.argmin(counts))} empty; use fewer parts")
     return parts
 
 
@@ -202,15 +202,15 @@ def read_assignment(path: str, num_nodes: int, num_parts: int) -> np.ndarray:
     try:
         parts = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
-        raise PartitionError(f"assignment {path} cannot be read: {str(e).splitlines()[0]}") from None
+        raise DataError(f"assignment {path} cannot be read: {str(e).splitlines()[0]}") from None
     if parts.ndim != 1 or not np.issubdtype(parts.dtype, np.integer):
-        raise PartitionError(f"assignment {path}: expected a 1-D integer array, got {parts.dtype} {parts.shape}")
+        raise DataError(f"assignment {path}: expected a 1-D integer array, got {parts.dtype} {parts.shape}")
     if parts.shape[0] != num_nodes:
-        raise PartitionError(f"assignment {path} has {parts.shape[0]} entries but the graph has {num_nodes} nodes")
+        raise DataError(f"assignment {path} has {parts.shape[0]} entries but the graph has {num_nodes} nodes")
     if parts.size and (parts.min() < 0 or parts.max() >= num_parts):
-        raise PartitionError(f"assignment {path}: part ids must be in [0, {num_parts}), found "
+        raise UsageError(f"assignment {path}: part ids must be in [0, {num_parts}), found "
                              f"{int(parts.min())}..{int(parts.max())}")
     counts = np.bincount(parts, minlength=num_parts)
     if (counts == 0).any():
-        raise PartitionError(f"assignment {path} leaves part {int(np.argmin(counts))} empty")
+        raise DataError(f"assignment {path} leaves part {int(np.argmin(counts))} empty")
     return parts.astype(np.int32)

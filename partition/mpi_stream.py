@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from partition.edgelist import read_chunks
-from partition.errors import PartitionError
+from partition.errors import DataError, GnnDistError, UsageError
 from partition.streaming import check_non_empty, default_batch, stream_order, stream_rounds
 
 
@@ -37,13 +37,13 @@ def agree(comm, step: Callable):
     """Run `step` on every rank; if any rank fails, every rank raises the first failure (no rank hangs)."""
     try:
         result, error = step(), None
-    except PartitionError as e:
+    except GnnDistError as e:
         result, error = None, str(e)
     errors = comm.allgather(error)
     bad = [(r, e) for r, e in enumerate(errors) if e is not None]
     if bad:
         r, e = bad[0]
-        raise PartitionError(e if comm.Get_size() == 1 else f"rank {r}: {e}")
+        raise DataError(e if comm.Get_size() == 1 else f"rank {r}: {e}")
     return result
 
 
@@ -128,9 +128,9 @@ def mpi_stream_parts(comm, files: list, num_parts: int, method: str = "fennel", 
 
     def check_range():
         if num_nodes is not None and n_seen > num_nodes:
-            raise PartitionError(f"node id {n_seen - 1} is out of range for --nodes {num_nodes}")
+            raise UsageError(f"node id {n_seen - 1} is out of range for --nodes {num_nodes}")
         if not 1 <= num_parts <= (num_nodes or n_seen):
-            raise PartitionError(f"--parts must be between 1 and the number of nodes ({num_nodes or n_seen}), "
+            raise UsageError(f"--parts must be between 1 and the number of nodes ({num_nodes or n_seen}), "
                                  f"got {num_parts}")
 
     agree(comm, check_range)

@@ -17,17 +17,17 @@ from typing import Iterable
 import numpy as np
 
 from partition.build import PartPlan
-from partition.errors import PartitionError
+from partition.errors import DataError, PartitionFormatError, UsageError
 
 FORMAT_VERSION = 1  # static graphs; 2 adds node/edge types, 3 snapshots
-HETERO_VERSION = 2
+TYPED_VERSION = 2
 SNAPSHOT_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 PART_FILES = ("graph.npz", "nodes.npz", "features.npy", "labels.npy", "masks.npz", "halo.npz")
 TYPED_FEATURES_FILE = "typed_features.npz"  # x_<type id>: inner rows of that type, in local order
 RELAGG_FILE = "relagg.npz"  # relation-aggregation-first plans, keyed by destination
 SNAPSHOT_FILE = "snapshots.npz"
-EXTRA_FILES = {HETERO_VERSION: (TYPED_FEATURES_FILE, RELAGG_FILE), SNAPSHOT_VERSION: (SNAPSHOT_FILE,)}
+EXTRA_FILES = {TYPED_VERSION: (TYPED_FEATURES_FILE, RELAGG_FILE), SNAPSHOT_VERSION: (SNAPSHOT_FILE,)}
 
 
 def part_files(meta: dict) -> tuple[str, ...]:
@@ -77,7 +77,7 @@ def _write_part(folder: Path, plan: PartPlan) -> None:
 def check_out_dir(out: Path, force: bool) -> None:
     """Refuse to replace a non-empty OUT unless asked: a partition can take hours to make."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise PartitionError(f"output directory {out} exists and is not empty (use --force to replace it)")
+        raise UsageError(f"output directory {out} exists and is not empty (use --force to replace it)")
 
 
 def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: Iterable[PartPlan],
@@ -135,19 +135,19 @@ def read_meta(path: str | Path) -> dict:
     path = Path(path)
     meta_file = path / "partition.json"
     if not path.is_dir():
-        raise PartitionError(f"partition directory {path} does not exist")
+        raise PartitionFormatError(f"partition directory {path} does not exist")
     if not meta_file.is_file():
-        raise PartitionError(f"{path} is not a partition directory (no partition.json)")
+        raise PartitionFormatError(f"{path} is not a partition directory (no partition.json)")
     try:
         meta = json.loads(meta_file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PartitionError(f"{meta_file} is corrupt: {e}") from None
+        raise PartitionFormatError(f"{meta_file} is corrupt: {e}") from None
     version = meta.get("format_version")
     if version not in SUPPORTED_VERSIONS:
-        raise PartitionError(f"{meta_file}: unknown format version {version!r} (this reader knows {SUPPORTED_VERSIONS})")
+        raise PartitionFormatError(f"{meta_file}: unknown format version {version!r} (this reader knows {SUPPORTED_VERSIONS})")
     for key in ("num_parts", "num_nodes", "parts", "sha256"):
         if key not in meta:
-            raise PartitionError(f"{meta_file} lacks the field '{key}'")
+            raise PartitionFormatError(f"{meta_file} lacks the field '{key}'")
     return meta
 
 
@@ -156,11 +156,11 @@ def verify_files(path: Path, meta: dict, names: Iterable[str]) -> None:
         f = path / name
         expected = meta["sha256"].get(name)
         if expected is None:
-            raise PartitionError(f"{path}/partition.json has no checksum for {name}")
+            raise PartitionFormatError(f"{path}/partition.json has no checksum for {name}")
         if not f.is_file():
-            raise PartitionError(f"partition file {f} is missing")
+            raise PartitionFormatError(f"partition file {f} is missing")
         if sha256_file(f) != expected:
-            raise PartitionError(f"partition file {f} fails its checksum (truncated or edited)")
+            raise PartitionFormatError(f"partition file {f} fails its checksum (truncated or edited)")
 
 
 def verify_partition(path: str | Path) -> dict:
@@ -176,7 +176,7 @@ def read_part(path: str | Path, part: int, meta: dict | None = None, verify: boo
     path = Path(path)
     meta = meta or read_meta(path)
     if not 0 <= part < meta["num_parts"]:
-        raise PartitionError(f"part {part} does not exist in {path} ({meta['num_parts']} parts)")
+        raise PartitionFormatError(f"part {part} does not exist in {path} ({meta['num_parts']} parts)")
     names = [f"part-{part}/{n}" for n in part_files(meta)]
     if verify:
         verify_files(path, meta, names)
@@ -212,7 +212,7 @@ def read_part(path: str | Path, part: int, meta: dict | None = None, verify: boo
             rel_in_degree=nodes["rel_in_degree"] if "rel_in_degree" in nodes.files else None,
         )
     except (OSError, KeyError, ValueError) as e:
-        raise PartitionError(f"partition part {folder} cannot be read: {e}") from None
+        raise PartitionFormatError(f"partition part {folder} cannot be read: {e}") from None
     _check_plan(plan, meta, folder)
     return plan
 
@@ -222,31 +222,32 @@ def _check_plan(plan: PartPlan, meta: dict, folder: Path) -> None:
     p = meta["num_parts"]
     n_local = plan.global_ids.shape[0]
     if plan.send_counts.shape != (p,) or plan.recv_counts.shape != (p,):
-        raise PartitionError(f"{folder}/halo.npz has plans for {plan.send_counts.shape[0]} parts, partition has {p}")
+        raise PartitionFormatError(f"{folder}/halo.npz has plans for {plan.send_counts.shape[0]} parts, partition has {p}")
     if plan.recv_counts.sum() != plan.num_halo or plan.indptr.shape[0] != plan.num_inner + 1:
-        raise PartitionError(f"{folder}: halo or row counts do not match nodes.npz")
+        raise PartitionFormatError(f"{folder}: halo or row counts do not match nodes.npz")
     if plan.indices.size and (plan.indices.min() < 0 or plan.indices.max() >= n_local):
-        raise PartitionError(f"{folder}/graph.npz: local source id out of range for {n_local} local rows")
+        raise DataError(f"{folder}/graph.npz: local source id out of range for {n_local} local rows")
     if plan.x.shape[0] != plan.num_inner or plan.y.shape[0] != plan.num_inner:
-        raise PartitionError(f"{folder}: features or labels do not match {plan.num_inner} inner nodes")
+        raise PartitionFormatError(f"{folder}: features or labels do not match {plan.num_inner} inner nodes")
     if plan.num_inner != meta["parts"][plan.part]["inner"]:
-        raise PartitionError(f"{folder}: {plan.num_inner} inner nodes, partition.json says {meta['parts'][plan.part]['inner']}")
+        raise PartitionFormatError(f"{folder}: {plan.num_inner} inner nodes, "
+                                   f"partition.json says {meta['parts'][plan.part]['inner']}")
 
 
 def read_typed_features(path: str | Path, part: int, meta: dict) -> list[np.ndarray]:
     """Inner rows of each node type (in type order) of a format-2 partition, checked against partition.json."""
     f = Path(path) / f"part-{part}" / TYPED_FEATURES_FILE
-    if meta.get("format_version") != HETERO_VERSION:
-        raise PartitionError(f"{path} does not hold a heterogeneous graph (format {meta.get('format_version')})")
+    if meta.get("format_version") != TYPED_VERSION:
+        raise PartitionFormatError(f"{path} does not hold a heterogeneous graph (format {meta.get('format_version')})")
     try:
         with np.load(f) as z:
             xs = [z[f"x_{t}"] for t in range(len(meta["node_types"]))]
     except (OSError, ValueError, KeyError) as e:
-        raise PartitionError(f"typed features {f} cannot be read: {e}") from None
+        raise PartitionFormatError(f"typed features {f} cannot be read: {e}") from None
     for t, (x, width) in enumerate(zip(xs, meta["feature_dims"])):
         if x.ndim != 2 or x.shape[1] != width:
-            raise PartitionError(f"{f}: node type '{meta['node_types'][t]}' has feature width "
-                                 f"{x.shape[1] if x.ndim == 2 else x.shape}, partition.json says {width} (feature width mismatch)")
+            raise PartitionFormatError(f"{f}: node type '{meta['node_types'][t]}' has feature width "
+                                 f"{x.shape[1] if x.ndim == 2 else x.shape}, partition.json says {width} (feature width mismatch)")  # noqa: E501
     return xs
 
 
@@ -256,19 +257,20 @@ def read_relagg(path: str | Path, part: int) -> dict:
         with np.load(f) as z:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
-        raise PartitionError(f"relation-aggregation plans {f} cannot be read: {e}") from None
+        raise PartitionFormatError(f"relation-aggregation plans {f} cannot be read: {e}") from None
 
 
 def read_snapshots(path: str | Path, part: int, meta: dict) -> dict:
     """part-K/snapshots.npz of a format-3 partition (checked by `read_part`), as a dict of arrays."""
     f = Path(path) / f"part-{part}" / SNAPSHOT_FILE
     if meta.get("format_version") != SNAPSHOT_VERSION:
-        raise PartitionError(f"{path} holds a static graph (format {meta.get('format_version')}), not snapshots")
+        raise PartitionFormatError(f"{path} holds a static graph (format {meta.get('format_version')}), not snapshots")
     try:
         with np.load(f) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
-        raise PartitionError(f"snapshot plans {f} cannot be read: {e}") from None
+        raise PartitionFormatError(f"snapshot plans {f} cannot be read: {e}") from None
     if arrays["in_weight"].shape[0] != meta["num_snapshots"]:
-        raise PartitionError(f"{f} holds {arrays['in_weight'].shape[0]} snapshots, partition.json says {meta['num_snapshots']}")
+        raise PartitionFormatError(f"{f} holds {arrays['in_weight'].shape[0]} snapshots, "
+                                   f"partition.json says {meta['num_snapshots']}")
     return arrays

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from partition.errors import PartitionError
+from partition.errors import DataError, UsageError
 
 
 class LocalSync:
@@ -115,7 +115,7 @@ def stream_rounds(rows_of: Callable[[np.ndarray], sp.csr_matrix], order: np.ndar
     sees only its own placements, so each round should be small next to a part.
     """
     if method not in ("ldg", "fennel"):
-        raise PartitionError(f"unknown streaming method '{method}' (choose ldg or fennel)")
+        raise UsageError(f"unknown streaming method '{method}' (choose ldg or fennel)")
     sync = sync or LocalSync()
     capacity = (1.0 + slack) * num_nodes / num_parts
     gamma = 1.5
@@ -161,11 +161,11 @@ def stream_parts(adj: sp.csr_matrix, num_parts: int, method: str = "fennel", see
     """
     n = adj.shape[0]
     if num_parts < 1 or num_parts > n:
-        raise PartitionError(f"--parts must be between 1 and the number of nodes ({n}), got {num_parts}")
+        raise UsageError(f"--parts must be between 1 and the number of nodes ({n}), got {num_parts}")
     if method not in ("ldg", "fennel"):
-        raise PartitionError(f"unknown streaming method '{method}' (choose ldg or fennel)")
+        raise UsageError(f"unknown streaming method '{method}' (choose ldg or fennel)")
     if order not in STREAM_ORDERS:
-        raise PartitionError(f"unknown stream order '{order}' (choose from {', '.join(STREAM_ORDERS)})")
+        raise UsageError(f"unknown stream order '{order}' (choose from {', '.join(STREAM_ORDERS)})")
     parts = np.full(n, -1, np.int32)
     if order == "bfs":  # the first pass follows the graph; restreaming then sees every neighbour anyway
         stream_sequential(adj, bfs_order(adj, seed), parts, num_parts, method, 1, slack)
@@ -180,4 +180,4 @@ def stream_parts(adj: sp.csr_matrix, num_parts: int, method: str = "fennel", see
 def check_non_empty(parts: np.ndarray, num_parts: int) -> None:
     counts = np.bincount(parts, minlength=num_parts)
     if (counts == 0).any():
-        raise PartitionError(f"streaming left part {int(np.argmin(counts))} empty; use fewer parts")
+        raise DataError(f"streaming left part {int(np.argmin(counts))} empty; use fewer parts")

@@ -104,7 +104,7 @@ def main() -> None:
     print("| method | wall s | assign s | peak RSS MB | edge cut | cut fraction | halo rows | x METIS halo | balance |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, wall, assign, rss, cut, frac, halo, bal in rows:
-        print(f"| {name} | {wall:.1f} | {assign:.1f} | {rss:.0f} | {cut} | {frac:.3f} | {halo} | {halo / base[6]:.2f} | {bal:.3f} |")
+        print(f"| {name} | {wall:.1f} | {assign:.1f} | {rss:.0f} | {cut} | {frac:.3f} | {halo} | {halo / base[6]:.2f} | {bal:.3f} |")  # noqa: E501
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gnn_dist import codec, fused  # noqa: E402
+from gnn_dist.runtime import codec, kernels  # noqa: E402
 
 
 def rate(fn, nbytes: int, repeat: int = 5) -> float:
@@ -45,7 +45,7 @@ def main() -> None:
                                      ((x.max(1, keepdim=True)[0] - x.min(1, keepdim=True)[0]) / 255)
                                      + torch.rand_like(x)).to(torch.uint8), n)
     print(f"{a.rows} x {a.width} fp32 ({n / 1e6:.0f} MB), {a.threads} thread(s)")
-    backends = ["torch"] + (["fused"] if fused.available() else [])
+    backends = ["torch"] + (["fused"] if kernels.available() else [])
     print("| operation | " + " | ".join(f"{b} GB/s | x copy" for b in backends) + " | wire bytes |")
     print("|---|" + "---|---|" * len(backends) + "---|")
     print("| memory copy (fresh tensor) | " + " | ".join(f"{copy:.2f} | 1.00" for _ in backends) + f" | {n} |")

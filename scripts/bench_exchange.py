@@ -46,7 +46,7 @@ class NoExchange:
 
     def __init__(self, ex):
         self.ex = ex
-        from gnn_dist.exchange import Ready
+        from gnn_dist.runtime.exchange import Ready
 
         self.Ready = Ready
 
@@ -80,11 +80,11 @@ def worker(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from gnn_dist.exchange import ExchangeConfig
-    from gnn_dist.launch import init
-    from gnn_dist.loader import load_partition
+    from gnn_dist.graph.load import load_partition
     from gnn_dist.nn import build_model
-    from gnn_dist.trainer import Trainer
+    from gnn_dist.runtime.exchange import ExchangeConfig
+    from gnn_dist.runtime.launch import init
+    from gnn_dist.train.trainer import Trainer
     from partition.store import read_meta
 
     ctx = init(expected_world=read_meta(a.worker)["num_parts"], timeout_s=600)

@@ -31,10 +31,10 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from gnn_dist.launch import init
-    from gnn_dist.loader import load_partition
+    from gnn_dist.graph.load import load_partition
     from gnn_dist.nn import build_model
-    from gnn_dist.trainer import Trainer
+    from gnn_dist.runtime.launch import init
+    from gnn_dist.train.trainer import Trainer
     from partition.store import read_meta
 
     ctx = init(expected_world=read_meta(part_dir)["num_parts"])
@@ -65,8 +65,8 @@ def pyg_child(spec: str, epochs: int, hidden: int, model: str) -> None:
     import torch.nn.functional as F
 
     from gnn_dist.data import load_dataset
-    from gnn_dist.malloc import keep_freed_memory
     from gnn_dist.nn import build_model, to_pyg
+    from gnn_dist.runtime.malloc import keep_freed_memory
 
     keep_freed_memory()  # the allocator setting gnn-dist's ranks get at init: compare the training code, not malloc
     g = load_dataset(spec)

@@ -12,12 +12,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.collectives import all_sum
-from gnn_dist.exchange import ExchangeConfig
-from gnn_dist.launch import init
-from gnn_dist.loader import load_partition
+from gnn_dist.graph.load import load_partition
 from gnn_dist.nn import MODELS, build_model
-from gnn_dist.trainer import Trainer
+from gnn_dist.runtime.collectives import all_sum
+from gnn_dist.runtime.exchange import ExchangeConfig
+from gnn_dist.runtime.launch import init
+from gnn_dist.train.trainer import Trainer
 from partition.store import read_meta
 
 EPOCHS = 20

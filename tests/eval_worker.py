@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 import gnn_dist as gd
-from gnn_dist.exchange import ExchangeConfig
+from gnn_dist.runtime.exchange import ExchangeConfig
 
 EPOCHS = 10
 POLICIES = {"stale1": dict(staleness=1), "skip": dict(skip_threshold=0.05, refresh_every=4),

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnn_dist.collectives import all_sum
-from gnn_dist.launch import init
-from gnn_dist.loader import load_partition
+from gnn_dist.graph.load import load_partition
 from gnn_dist.nn import BatchNorm
+from gnn_dist.runtime.collectives import all_sum
+from gnn_dist.runtime.launch import init
 from tests.message_cases import CASES, make_layer, readout
 
 

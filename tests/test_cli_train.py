@@ -94,7 +94,7 @@ def test_trains_and_saves_a_model_that_loads_single_process(karate2, tmp_path):
     import torch
 
     from gnn_dist.data import load_dataset
-    from gnn_dist.graph import LocalGraph
+    from gnn_dist.graph.local import LocalGraph
     from gnn_dist.nn import build_model
 
     g = load_dataset("karate")

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from gnn_dist import codec, fused
+from gnn_dist.runtime import codec, kernels
 
-BACKENDS = ["torch", pytest.param("fused", marks=pytest.mark.skipif(not fused.available(),
+BACKENDS = ["torch", pytest.param("fused", marks=pytest.mark.skipif(not kernels.available(),
                                                                    reason="numba not installed"))]
 
 
@@ -72,7 +72,7 @@ def test_float_codecs_round_trip():
     assert torch.allclose(codec.decode(codec.encode(x, "bf16")), x, rtol=1e-2)
 
 
-@pytest.mark.skipif(not fused.available(), reason="numba not installed")
+@pytest.mark.skipif(not kernels.available(), reason="numba not installed")
 @pytest.mark.parametrize("bits", codec.INT_BITS)
 @pytest.mark.parametrize("width", [1, 5, 64])
 def test_fused_and_torch_write_the_same_bytes(bits, width, monkeypatch):

@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.graph import LocalGraph
+from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn import MODELS, build_model, to_pyg
-from tests.dist_worker import KEY
-from tests.conftest import run_worker
 from partition import assign_parts, build_parts, write_partition
+from tests.conftest import run_worker
+from tests.dist_worker import KEY
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 

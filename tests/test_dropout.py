@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from gnn_dist import fused
 from gnn_dist.nn.dropout import HashDropout, dropout
+from gnn_dist.runtime import kernels
 
-pytestmark = pytest.mark.skipif(not fused.available(), reason="numba not installed")
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba not installed")
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gnn_dist.data import load_dataset
-from partition import PartitionError
+from partition.errors import DataError
 from tests.conftest import run_cli
 
 
@@ -30,10 +30,10 @@ def test_chunks_build_the_same_graph(small_sbm, tmp_path):
 
 def test_bad_chunks(tmp_path):
     (tmp_path / "x.csv").write_text("0,1\n2,-3\n")
-    with pytest.raises(PartitionError, match="negative node id -3"):
+    with pytest.raises(DataError, match="negative node id -3"):
         load_dataset(f"edges:{tmp_path / 'x.csv'}")
     (tmp_path / "y.csv").write_text("0,1\n2,oops\n")
-    with pytest.raises(PartitionError, match="cannot be read"):
+    with pytest.raises(DataError, match="cannot be read"):
         load_dataset(f"edges:{tmp_path / 'y.csv'}")
-    with pytest.raises(PartitionError, match="no files found"):
+    with pytest.raises(DataError, match="no files found"):
         load_dataset(f"edges:{tmp_path / 'nothing*.csv'}")

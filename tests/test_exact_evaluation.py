@@ -6,7 +6,6 @@ agree bit for bit and equal the same model through an exact exchange.
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

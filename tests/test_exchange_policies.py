@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gnn_dist import codec
-from gnn_dist.adaptive import solve_bits, variance
-from gnn_dist.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime import codec
+from gnn_dist.runtime.adaptive import solve_bits, variance
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 
 @pytest.mark.parametrize("bits", [8, 4, 2])
 def test_codec_on_device_matches_cpu(bits):
-    from gnn_dist import codec
+    from gnn_dist.runtime import codec
 
     x = torch.randn(3000, 37, generator=torch.Generator().manual_seed(bits))
     dev = torch.device("cuda")
@@ -49,7 +49,7 @@ def nccl_world_of_one(tmp_path):
 @pytest.mark.parametrize("name", ["fp32", "int8"])
 def test_side_stream_exchange_round_trip(nccl_world_of_one, name):
     """Rank 0 sends rows to itself through NCCL while the default stream keeps computing."""
-    from gnn_dist.exchange import ExchangeConfig, HaloExchange, HaloWait
+    from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloWait
 
     dev = torch.device("cuda")
     send_idx = torch.arange(0, 4000, 2, device=dev)

@@ -226,7 +226,7 @@ def test_the_public_api_is_listed_and_documented():
 
 def test_a_broken_collective_is_told_apart_from_a_user_error():
     """A gloo failure surfaces in a work handle's wait(); a shape bug in model code does not."""
-    from gnn_dist.launch import describe_user_error, is_collective_failure
+    from gnn_dist.runtime.launch import describe_user_error, is_collective_failure
 
     class Work:
         def wait(self):

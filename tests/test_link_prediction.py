@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnn_dist.link import auc
+from gnn_dist.train.link import auc
 from partition.store import read_part
 from tests.conftest import ROOT, run_cli
 

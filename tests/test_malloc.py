@@ -5,7 +5,7 @@ import platform
 
 import pytest
 
-from gnn_dist.malloc import keep_freed_memory
+from gnn_dist.runtime.malloc import keep_freed_memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import gnn_dist as gd
-from tests.conftest import run_worker
 from partition import assign_parts, build_parts, write_partition
 from partition.graph import Graph
+from tests.conftest import run_worker
 from tests.message_cases import CASES, OUT, make_layer, pyg_reference, readout
 
 N = 90

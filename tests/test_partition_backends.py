@@ -8,7 +8,7 @@ import pytest
 
 from partition import assign_parts, build_parts, partition_stats
 from partition.backends import out_neighbour_nets
-from partition.errors import PartitionError
+from partition.errors import MissingExtraError
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_backends_keep_extra_balance_constraints(sbm):
 @pytest.mark.parametrize("method", ["mtkahypar", "kahip"])
 def test_a_missing_backend_names_its_extra(sbm, method, monkeypatch):
     monkeypatch.setitem(sys.modules, method, None)  # import now fails, as without the package
-    with pytest.raises(PartitionError, match=rf"--method {method} needs the {method} package: "
+    with pytest.raises(MissingExtraError, match=rf"--method {method} needs the {method} package: "
                                              rf"pip install 'gnn-dist\[{method}\]'"):
         assign_parts(sbm, 4, method)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from partition import PartitionError
 from partition.book import PartitionBook
+from partition.errors import DataError
 from partition.store import read_part
 from tests.conftest import cli_partition
 
@@ -20,7 +20,7 @@ def test_round_trip_and_errors(tmp_path):
         assert np.array_equal(book.to_global(p, local[sel]), gids[sel])
         plan = read_part(part, p)
         assert np.array_equal(plan.global_ids[local[sel]], gids[sel])  # local id = LocalGraph row
-    with pytest.raises(PartitionError, match="global node id 2708 is out of range for 2708 nodes"):
+    with pytest.raises(DataError, match="global node id 2708 is out of range for 2708 nodes"):
         book.to_local([0, 2708])
-    with pytest.raises(PartitionError, match="part 3 does not exist"):
+    with pytest.raises(DataError, match="part 3 does not exist"):
         book.inner_nodes(3)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from partition.errors import PartitionError
+from partition.errors import DataError, UsageError
 
 
 def add_parser(sub) -> None:
@@ -47,15 +47,15 @@ def run(args: argparse.Namespace) -> int:
 
     def check():
         if args.parts < 1:
-            raise PartitionError(f"--parts must be at least 1, got {args.parts}")
+            raise UsageError(f"--parts must be at least 1, got {args.parts}")
         if args.passes < 1:
-            raise PartitionError(f"--passes must be at least 1, got {args.passes}")
+            raise UsageError(f"--passes must be at least 1, got {args.passes}")
         if args.nodes is not None and args.nodes < 1:
-            raise PartitionError(f"--nodes must be at least 1, got {args.nodes}")
+            raise UsageError(f"--nodes must be at least 1, got {args.nodes}")
         if rank == 0 and out.exists() and not args.force:
-            raise PartitionError(f"{out} exists; pass --force to replace it")
+            raise UsageError(f"{out} exists; pass --force to replace it")
         if rank == 0 and not out.parent.is_dir():
-            raise PartitionError(f"folder {out.parent} does not exist")
+            raise DataError(f"folder {out.parent} does not exist")
         return chunk_files(args.edges)
 
     files = agree(comm, check)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from partition.errors import DataError, UsageError
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("info", help="show a partition directory's stats",
@@ -22,15 +24,13 @@ def run(args: argparse.Namespace) -> int:
             import json
             from pathlib import Path
 
-            from gnn_dist.plots import plot_run
+            from gnn_dist.cli.plots import plot_run
 
             records = [r for r in (json.loads(x) for x in Path(args.run_log).read_text().splitlines() if x.strip())
                        if "loss" in r]
             print(f"plot: {plot_run(records, args.plot)}")
         return 0
     if not args.path:
-        from gnn_dist.cli.main import UsageError
-
         raise UsageError("give a partition directory or --run LOG")
     from partition import format_stats
     from partition.store import read_meta, verify_partition
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if "stats" in meta:
         print(format_stats(meta["stats"], meta["parts"]))
     if args.plot:
-        from gnn_dist.plots import plot_partition
+        from gnn_dist.cli.plots import plot_partition
 
         print(f"plot: {plot_partition(meta, args.plot)}")
     if meta.get("format_version") == 2:
@@ -70,19 +70,19 @@ def summarise_run(path: str) -> str:
     import json
     from pathlib import Path
 
-    from partition.errors import PartitionError
+
 
     f = Path(path)
     if not f.is_file():
-        raise PartitionError(f"training log {f} does not exist")
+        raise DataError(f"training log {f} does not exist")
     try:
         records = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     except json.JSONDecodeError as e:
-        raise PartitionError(f"training log {f} is not JSON lines: {e}") from None
+        raise DataError(f"training log {f} is not JSON lines: {e}") from None
     errors = [r["error"] for r in records if "error" in r]
     records = [r for r in records if "epoch_time" in r]
     if not records:
-        raise PartitionError(f"training log {f} has no epochs" + (f" (it ended with: {errors[-1]})" if errors else ""))
+        raise DataError(f"training log {f} has no epochs" + (f" (it ended with: {errors[-1]})" if errors else ""))
     n = len(records)
     last = records[-1]
     lines = [f"{f}: {n} epochs, mean epoch {sum(r['epoch_time'] for r in records) / n:.4f} s, "

@@ -1,14 +1,14 @@
-"""Argument parsing and the one place that turns user errors into one line and exit code 2."""
+"""Argument parsing, and the one place that turns a user-fixable error into one line and an exit code."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from partition.errors import PartitionError
+from partition.errors import GnnDistError
 
-
-class UsageError(Exception):
-    """A bad flag value found after parsing; reported like an argparse error."""
+# Exit codes by error kind (partition.errors): 2 for everything a user can fix, as argparse does for bad flags.
+# A failed peer or an error in a user's own code exits 1 (cli.train); an interrupt 130.
+EXIT_CODES = {"usage": 2, "data": 2, "partition-format": 2, "launch": 2, "error": 2}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,19 +28,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gnn_dist.errors import LaunchError
-
     args = build_parser().parse_args(argv)
     try:
         rc = int(args.run(args) or 0)
-    except (PartitionError, UsageError, LaunchError) as e:
+    except GnnDistError as e:
         sys.stderr.write(f"gnn-dist {args.command}: error: {e}\n")
-        rc = 2
+        rc = EXIT_CODES[e.kind]
     except KeyboardInterrupt:
         sys.stderr.write(f"gnn-dist {args.command}: interrupted\n")
         rc = 130
     if "torch" in sys.modules:  # leave torch.distributed together, before the interpreter winds down
-        from gnn_dist.launch import close_all
+        from gnn_dist.runtime.launch import close_all
 
         close_all(clean=rc == 0)
     return rc

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from partition.errors import PartitionError
+from partition.dynamic import Snapshots
+from partition.errors import DataError, UsageError
 from partition.methods import BALANCE_KEYS, WEIGHTED, constraint_balance
-from partition.hetero import HeteroGraph
-from partition.temporal import Snapshots
+from partition.typed import TypedGraph
 
 
 def add_parser(sub) -> None:
@@ -68,7 +68,7 @@ def method_options(args: argparse.Namespace) -> dict:
     if args.method in ("metis", "mtkahypar"):
         return {"objective": args.objective}
     if args.objective != "cut":
-        raise PartitionError(f"--objective {args.objective} applies to --method metis and mtkahypar")
+        raise UsageError(f"--objective {args.objective} applies to --method metis and mtkahypar")
     return {"mode": args.kahip_mode} if args.method == "kahip" else {}
 
 
@@ -87,25 +87,25 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     if args.parts < 1:
-        raise PartitionError(f"--parts must be at least 1, got {args.parts}")
+        raise UsageError(f"--parts must be at least 1, got {args.parts}")
     check_out_dir(out, args.force)  # fail before hours of work, not after
     if args.assignment and not Path(args.assignment).is_file():
-        raise PartitionError(f"assignment {args.assignment} does not exist")
+        raise DataError(f"assignment {args.assignment} does not exist")
     balance = tuple(b for b in args.balance.split(",") if b)
     for key in balance:  # before loading: a typo should not cost the load
         if key not in BALANCE_KEYS:
-            raise PartitionError(f"unknown balance key '{key}' (choose from {', '.join(BALANCE_KEYS)})")
+            raise UsageError(f"unknown balance key '{key}' (choose from {', '.join(BALANCE_KEYS)})")
     t0 = time.perf_counter()
     log(f"loading {args.dataset}")
     graph = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)
     if args.assignment:
-        if isinstance(graph, (Snapshots, HeteroGraph)):
-            raise PartitionError("--assignment applies to plain graphs, not dynamic or typed ones")
+        if isinstance(graph, (Snapshots, TypedGraph)):
+            raise UsageError("--assignment applies to plain graphs, not dynamic or typed ones")
         args.method = "assignment"
     if isinstance(graph, Snapshots):
         return run_snapshots(args, graph, balance, t0)
-    if isinstance(graph, HeteroGraph):
-        return run_hetero(args, graph, balance, t0)
+    if isinstance(graph, TypedGraph):
+        return run_typed(args, graph, balance, t0)
     log(f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges} edges, {graph.num_features} features, "
         f"{graph.num_classes} classes ({time.perf_counter() - t0:.1f}s)")
     links = None
@@ -115,11 +115,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             val, test = (float(v) for v in args.link_split.split(","))
         except ValueError:
-            raise PartitionError(f"--link-split wants VAL,TEST (e.g. 0.05,0.1), got '{args.link_split}'") from None
+            raise UsageError(f"--link-split wants VAL,TEST (e.g. 0.05,0.1), got '{args.link_split}'") from None
         graph, links = split_links(graph, val, test, args.seed)
         log(f"held out {links['val_src'].shape[0]} validation and {links['test_src'].shape[0]} test edge pairs")
     if args.parts < 1 or args.parts > graph.num_nodes:
-        raise PartitionError(f"--parts must be between 1 and the number of nodes ({graph.num_nodes}), got {args.parts}")
+        raise UsageError(f"--parts must be between 1 and the number of nodes ({graph.num_nodes}), got {args.parts}")
     log(f"estimated peak memory {estimate_peak_bytes(graph, args.method) / 2**30:.2f} GiB "
         f"(graph {graph_bytes(graph) / 2**30:.2f} GiB held once, plus the {args.method} working set)")
     t1 = time.perf_counter()
@@ -127,10 +127,10 @@ def run(args: argparse.Namespace) -> int:
     if args.method in WEIGHTED:
         kwargs.update(balance=balance)
     elif balance:
-        raise PartitionError("--balance applies to --method metis, mtkahypar and kahip")
+        raise UsageError("--balance applies to --method metis, mtkahypar and kahip")
     if args.method in ("ldg", "fennel"):
         if args.passes < 1:
-            raise PartitionError(f"--passes must be >= 1, got {args.passes}")
+            raise UsageError(f"--passes must be >= 1, got {args.passes}")
         kwargs.update(passes=args.passes, order=args.stream_order)
     if args.assignment:
         from partition.methods import read_assignment
@@ -191,10 +191,10 @@ def report_constraints(constraints: dict, balance) -> None:
 
 def run_snapshots(args: argparse.Namespace, seq: Snapshots, balance: tuple, t0: float) -> int:
     """A dynamic graph: partition the union graph once, then store every snapshot's plan as a difference."""
-    from partition.snapshot_plans import write_snapshot_partition
+    from partition.dynamic_parts import write_snapshot_partition
 
     if balance:
-        raise PartitionError("--balance applies to static graphs only")
+        raise UsageError("--balance applies to static graphs only")
     log(f"{seq.name}: {seq.num_snapshots} snapshots of {seq.num_nodes} nodes, {seq.num_features} features, "
         f"{seq.task} ({time.perf_counter() - t0:.1f}s); partitioning the union graph")
     meta = write_snapshot_partition(args.out, seq, args.parts, args.method, seed=args.seed, force=args.force,
@@ -208,16 +208,16 @@ def run_snapshots(args: argparse.Namespace, seq: Snapshots, balance: tuple, t0: 
     return 0
 
 
-def run_hetero(args: argparse.Namespace, hg: HeteroGraph, balance: tuple, t0: float) -> int:
+def run_typed(args: argparse.Namespace, hg: TypedGraph, balance: tuple, t0: float) -> int:
     """Typed graph: METIS with one balance constraint per node type; typed features stored per type."""
     from partition import format_stats
-    from partition.hetero_partition import write_hetero_partition
+    from partition.typed_parts import write_typed_partition
 
     if args.parts > hg.total_nodes:
-        raise PartitionError(f"--parts must be between 1 and the number of nodes ({hg.total_nodes}), got {args.parts}")
+        raise UsageError(f"--parts must be between 1 and the number of nodes ({hg.total_nodes}), got {args.parts}")
     log(f"{hg.name}: node types " + ", ".join(f"{t} {hg.num_nodes[t]} x {hg.x[t].shape[1]}" for t in hg.node_types)
         + f"; {len(hg.edge_types)} edge types; target {hg.target} ({hg.num_classes} classes)")
-    meta = write_hetero_partition(args.out, hg, args.parts, args.method, seed=args.seed, force=args.force,
+    meta = write_typed_partition(args.out, hg, args.parts, args.method, seed=args.seed, force=args.force,
                                   dataset=args.dataset, balance=balance, **method_options(args))
     print(format_stats(meta["stats"], meta["parts"]))
     report_constraints(meta["constraints"], ("types",) + balance)

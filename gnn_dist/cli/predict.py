@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from gnn_dist.cli.main import UsageError
+from partition.errors import UsageError
 
 OUTPUTS = ("logits", "probs", "labels", "embeddings")
 
@@ -38,10 +38,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from gnn_dist.checkpoint import load
     from gnn_dist.cli.train import build_user_or_builtin, check_model, load_graph
-    from gnn_dist.launch import init
     from gnn_dist.nn import registry
+    from gnn_dist.runtime.launch import init
+    from gnn_dist.train.checkpoint import load
 
     saved = load(args.model_file)
     if not isinstance(saved, dict) or "model" not in saved or "args" not in saved:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gnn_dist.cli.main import UsageError
+from partition.errors import GnnDistError, MissingExtraError, UsageError
 
 
 def add_parser(sub) -> None:
@@ -84,15 +84,12 @@ def add_parser(sub) -> None:
 
 
 def exchange_config(a: argparse.Namespace):
-    from gnn_dist.exchange import ExchangeConfig
+    from gnn_dist.runtime.exchange import ExchangeConfig
 
     smoothing = {} if a.stale_momentum is None else {"momentum": a.stale_momentum}
-    try:
-        return ExchangeConfig(codec=a.codec, staleness=a.staleness, skip_threshold=a.skip_threshold,
-                              refresh_every=a.refresh_every, adaptive_every=a.adaptive_every,
-                              budget_bits=a.budget_bits, input_cache=not a.no_input_cache, **smoothing).validate()
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    return ExchangeConfig(codec=a.codec, staleness=a.staleness, skip_threshold=a.skip_threshold,
+                          refresh_every=a.refresh_every, adaptive_every=a.adaptive_every,
+                          budget_bits=a.budget_bits, input_cache=not a.no_input_cache, **smoothing).validate()
 
 
 def model_config(a: argparse.Namespace, **typed):
@@ -104,13 +101,9 @@ def model_config(a: argparse.Namespace, **typed):
 
 
 def check_model(spec: str) -> None:
-    from gnn_dist.errors import InputError
     from gnn_dist.nn import registry
 
-    try:
-        registry.check(spec)
-    except InputError as e:
-        raise UsageError(str(e)) from None
+    registry.check(spec)
 
 
 def check_args(a: argparse.Namespace) -> None:
@@ -152,15 +145,14 @@ def check_args(a: argparse.Namespace) -> None:
         import importlib.util
 
         if importlib.util.find_spec("tensorboard") is None:
-            raise UsageError("--tensorboard needs the tensorboard package: pip install tensorboard")
+            raise MissingExtraError("--tensorboard", "tensorboard", "tensorboard")
     exchange_config(a)
 
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    from partition.store import read_meta
-
     from gnn_dist.nn.registry import graph_kind, names
+    from partition.store import read_meta
 
     meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
     dynamic, typed = "num_snapshots" in meta, meta.get("format_version") == 2
@@ -177,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from gnn_dist.launch import init
-    from gnn_dist.trainer import Trainer
+    from gnn_dist.runtime.launch import init
+    from gnn_dist.train.trainer import Trainer
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
     graph = load_graph(args, ctx, meta, exchange_config(args), verify=not args.no_verify)
@@ -209,11 +201,11 @@ def load_graph(args: argparse.Namespace, ctx, meta: dict, exchange=None, verify:
     """This rank's part of a static or typed partition, features normalised as the run asked."""
     overlap = not getattr(args, "no_overlap", False)
     if meta.get("format_version") == 2:
-        from gnn_dist.hetero import load_hetero_partition
+        from gnn_dist.graph.typed import load_typed_partition
 
-        return load_hetero_partition(args.partition, ctx, overlap=overlap, verify=verify, exchange=exchange,
+        return load_typed_partition(args.partition, ctx, overlap=overlap, verify=verify, exchange=exchange,
                                      relagg=getattr(args, "relagg", False))
-    from gnn_dist.loader import load_partition
+    from gnn_dist.graph.load import load_partition
 
     graph = load_partition(args.partition, ctx, overlap=overlap, verify=verify, exchange=exchange)
     if getattr(args, "normalize_features", False):
@@ -223,17 +215,16 @@ def load_graph(args: argparse.Namespace, ctx, meta: dict, exchange=None, verify:
 
 def build_user_or_builtin(args: argparse.Namespace, ctx, graph, meta: dict, num_classes: int):
     """The model --model names; an error inside a user's builder is reported as that code's error."""
-    from gnn_dist.errors import InputError
-    from gnn_dist.launch import describe_user_error
     from gnn_dist.nn.registry import build
+    from gnn_dist.runtime.launch import describe_user_error
 
     typed = {}
     if graph.types is not None:
         typed = {"feature_dims": tuple(graph.types.feature_dims), "edge_types": tuple(meta["edge_types"])}
     try:
         return build(args.model, graph.num_features, num_classes, model_config(args, **typed))
-    except InputError as e:
-        raise UsageError(str(e)) from None
+    except GnnDistError:
+        raise
     except Exception as e:
         if getattr(args, "debug", False):
             raise
@@ -244,7 +235,7 @@ def run_link(args: argparse.Namespace, ctx, graph, model) -> int:
     """Link prediction: the model emits --hidden wide embeddings; scores are dot products."""
     import json
 
-    from gnn_dist.link import LinkTrainer
+    from gnn_dist.train.link import LinkTrainer
 
     tb = tensorboard(args, ctx)
 
@@ -270,7 +261,7 @@ def run_link(args: argparse.Namespace, ctx, graph, model) -> int:
 def tensorboard(args: argparse.Namespace, ctx):
     if not args.tensorboard or not ctx.is_main:
         return None
-    from gnn_dist.tblog import TensorBoardLog
+    from gnn_dist.train.tblog import TensorBoardLog
 
     return TensorBoardLog(args.tensorboard)
 
@@ -282,14 +273,12 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
     reported by the rank that raised it, in one line (--debug: the traceback),
     and its peers leave with it.
     """
-    from gnn_dist.errors import InputError, LaunchError
-    from gnn_dist.launch import describe_user_error, is_collective_failure
-    from partition.errors import PartitionError
+    from gnn_dist.runtime.launch import describe_user_error, is_collective_failure
 
     try:
         final, history = fit()
-    except (InputError, PartitionError, LaunchError) as e:  # the data or flags, not the code
-        raise UsageError(str(e)) from None
+    except GnnDistError:  # the data or flags, not the code
+        raise
     except Exception as e:
         if is_collective_failure(e):  # a peer went away: name it if the watchdog can
             if ctx.watchdog is not None:
@@ -302,11 +291,12 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
         ctx.fail(describe_user_error(e), code=1, publish=True)
     if ctx.is_main:
         if args.save_model:
-            from gnn_dist.checkpoint import save_atomic
+            from gnn_dist.train.checkpoint import save_atomic
 
-            save_atomic({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "args": vars(args) | {"run": None}}, args.save_model)
+            state = {k: v.cpu() for k, v in model.state_dict().items()}
+            save_atomic({"model": state, "args": vars(args) | {"run": None}}, args.save_model)
         if args.plot and history:
-            from gnn_dist.plots import plot_run
+            from gnn_dist.cli.plots import plot_run
 
             plot_run(history, args.plot)
         print(summary(final))
@@ -318,23 +308,19 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
 def run_dynamic(args: argparse.Namespace, meta: dict) -> int:
     import torch
 
-    from gnn_dist.errors import InputError
-    from gnn_dist.launch import init
+    from gnn_dist.graph.dynamic import SnapshotSequence
     from gnn_dist.nn.registry import build
-    from gnn_dist.snapshots import SnapshotSequence
-    from gnn_dist.temporal_trainer import TemporalTrainer
+    from gnn_dist.runtime.launch import init
+    from gnn_dist.train.dynamic import DynamicTrainer
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
     seq = SnapshotSequence(args.partition, ctx, exchange_config(args), overlap=not args.no_overlap,
                            mode=args.plans, cache=not args.no_plan_cache, verify=not args.no_verify)
     torch.manual_seed(args.seed)
     out = 1 if seq.task == "regression" else seq.num_classes
-    try:
-        model = build(args.model, seq.num_features, out, model_config(args))
-    except InputError as e:
-        raise UsageError(str(e)) from None
+    model = build(args.model, seq.num_features, out, model_config(args))
     def fit() -> tuple[dict, list]:
-        trainer = TemporalTrainer(model, seq, ctx, window=args.window, optimizer=args.optimizer, lr=args.lr,
+        trainer = DynamicTrainer(model, seq, ctx, window=args.window, optimizer=args.optimizer, lr=args.lr,
                                   weight_decay=args.weight_decay, seed=args.seed, log_path=args.log,
                                   eval_every=args.eval_every, progress=not args.quiet)
         trainer.tensorboard = tensorboard(args, ctx)

@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from partition.errors import PartitionError
+from partition.errors import DataError
 
 ENV_VAR = "GNN_DIST_DATA_DIR"
 
@@ -28,7 +28,7 @@ def find_data(name: str, override: str | os.PathLike | None = None) -> Path:
         if (root / name).is_dir():
             return root / name
     tried = ", ".join(str(d) for d in data_dirs(override))
-    raise PartitionError(f"data set files '{name}' not found (looked in {tried}; pass --data-dir)")
+    raise DataError(f"data set files '{name}' not found (looked in {tried}; pass --data-dir)")
 
 
 def cache_dir() -> Path:

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 
 from gnn_dist.data.paths import cache_dir, find_data
-from partition.errors import PartitionError
+from partition.errors import DataError
 from partition.graph import Graph
 
 CORA_FILES = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
@@ -36,7 +36,7 @@ def load_cora(data_dir: str | None = None) -> Graph:
     for suffix in CORA_FILES:
         f = src / f"ind.cora.{suffix}"
         if not f.is_file():
-            raise PartitionError(f"Cora file {f} is missing")
+            raise DataError(f"Cora file {f} is missing")
         if not (raw / f.name).exists() or (raw / f.name).stat().st_size != f.stat().st_size:
             shutil.copyfile(f, raw / f.name)
     ds = Planetoid(str(root), "Cora")
@@ -72,11 +72,11 @@ def load_networkx(name: str, seed: int = 0) -> Graph:
 
     gen = getattr(nx, name, None) or getattr(nx.generators, name, None)
     if gen is None or not callable(gen):
-        raise PartitionError(f"networkx has no graph generator '{name}'")
+        raise DataError(f"networkx has no graph generator '{name}'")
     try:
         g = gen()
     except TypeError:
-        raise PartitionError(f"networkx generator '{name}' needs arguments; use one that takes none") from None
+        raise DataError(f"networkx generator '{name}' needs arguments; use one that takes none") from None
     g = nx.convert_node_labels_to_integers(nx.Graph(g))
     n = g.number_of_nodes()
     comms = nx.community.greedy_modularity_communities(g)
@@ -96,20 +96,20 @@ def load_npz(path: str) -> Graph:
 
     f = Path(path)
     if not f.is_file():
-        raise PartitionError(f"graph file {f} does not exist")
+        raise DataError(f"graph file {f} does not exist")
     try:
         z = np.load(f)
     except (OSError, ValueError) as e:
-        raise PartitionError(f"graph file {f} cannot be read: {e}") from None
+        raise DataError(f"graph file {f} cannot be read: {e}") from None
     if "edge_index" in z.files:
         src, dst = z["edge_index"]
     elif "src" in z.files and "dst" in z.files:
         src, dst = z["src"], z["dst"]
     else:
-        raise PartitionError(f"graph file {f} has neither 'edge_index' nor 'src'/'dst'")
+        raise DataError(f"graph file {f} has neither 'edge_index' nor 'src'/'dst'")
     for key in ("x", "y"):
         if key not in z.files:
-            raise PartitionError(f"graph file {f} lacks '{key}'")
+            raise DataError(f"graph file {f} lacks '{key}'")
     x, y = z["x"], z["y"]
     n = int(z["num_nodes"]) if "num_nodes" in z.files else x.shape[0]
     if "train_mask" in z.files:
@@ -131,7 +131,7 @@ def graph_from_dgl(g, name: str = "dgl") -> Graph:
     n = int(g.num_nodes())
     nd, ed = g.ndata, g.edata
     if "feat" not in nd:
-        raise PartitionError("DGL graph has no ndata['feat'] (node features)")
+        raise DataError("DGL graph has no ndata['feat'] (node features)")
     y = nd["label"].numpy() if "label" in nd else np.full(n, -1)
     masks = [nd[m].numpy().astype(bool) if m in nd else np.zeros(n, bool) for m in ("train_mask", "val_mask", "test_mask")]
     w = ed["weight"].numpy() if "weight" in ed else None

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from partition.errors import PartitionError
+from partition.errors import DataError, UsageError
 from partition.graph import Graph
 
 
 def _masks(n: int, rng: np.random.Generator, train: float, val: float, test: float) -> tuple[np.ndarray, ...]:
     if min(train, val, test) < 0 or train + val + test > 1 + 1e-9:
-        raise PartitionError("train/val/test fractions must be >= 0 and sum to at most 1")
+        raise UsageError("train/val/test fractions must be >= 0 and sum to at most 1")
     perm = rng.permutation(n)
     cuts = np.round(np.cumsum([train, val, test]) * n).astype(np.int64)
     masks = [np.zeros(n, bool) for _ in range(3)]
@@ -45,7 +45,7 @@ def sbm(nodes: int = 1000, classes: int = 8, avg_degree: float = 10.0, homophily
         seed: int = 0) -> Graph:
     """Stochastic block model, classes = blocks; avg_degree counts in-edges per node."""
     if nodes < 2 or classes < 1 or classes > nodes or avg_degree <= 0 or not 0 <= homophily <= 1 or features < 1:
-        raise PartitionError("sbm needs nodes >= 2, 1 <= classes <= nodes, avg_degree > 0, 0 <= homophily <= 1, features >= 1")
+        raise DataError("sbm needs nodes >= 2, 1 <= classes <= nodes, avg_degree > 0, 0 <= homophily <= 1, features >= 1")
     rng = np.random.default_rng(seed)
     y = rng.permutation(np.arange(nodes, dtype=np.int64) % classes)
     by_class = np.argsort(y, kind="stable")
@@ -69,7 +69,7 @@ def powerlaw(nodes: int = 1000, avg_degree: float = 10.0, exponent: float = 2.5,
              seed: int = 0) -> Graph:
     """Chung-Lu graph: P(edge u-v) proportional to w_u * w_v with power-law weights."""
     if nodes < 2 or avg_degree <= 0 or exponent <= 2 or classes < 1 or features < 1:
-        raise PartitionError("powerlaw needs nodes >= 2, avg_degree > 0, exponent > 2, classes >= 1, features >= 1")
+        raise DataError("powerlaw needs nodes >= 2, avg_degree > 0, exponent > 2, classes >= 1, features >= 1")
     rng = np.random.default_rng(seed)
     w = (np.arange(nodes) + 1.0) ** (-1.0 / (exponent - 1.0))
     cdf = np.cumsum(w / w.sum())
@@ -95,7 +95,7 @@ def rmat(scale: int = 16, edges: int = 500_000, a: float = 0.57, b: float = 0.19
     """
     d = 1.0 - a - b - c
     if scale < 2 or scale > 40 or edges < 1 or min(a, b, c, d) < 0:
-        raise PartitionError("rmat needs 2 <= scale <= 40, edges >= 1 and a, b, c >= 0 with a + b + c <= 1")
+        raise DataError("rmat needs 2 <= scale <= 40, edges >= 1 and a, b, c >= 0 with a + b + c <= 1")
     rng = np.random.default_rng(seed)
     n = 1 << scale
     pairs = edges // 2

@@ -1,12 +1,15 @@
 """Layer API: subclass `MessagePassing`; built-in GCN, GraphSAGE, GAT, GIN, typed and dynamic models."""
 from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
+from gnn_dist.nn.dynamic import GCRN, EvolveGCN, EvolveGCNO, to_pyg_dynamic
+from gnn_dist.nn.export import PyGNN, to_pyg
 from gnn_dist.nn.message_passing import MessagePassing, segment_softmax
 from gnn_dist.nn.models import GNN, MODELS, build_model
 from gnn_dist.nn.norm import BatchNorm
-from gnn_dist.nn.export import PyGNN, to_pyg
-from gnn_dist.nn.hetero import HeteroConv, HeteroGNN, RGCNConv, TypedLinear
-from gnn_dist.nn.temporal import GCRN, EvolveGCN, EvolveGCNO, to_pyg_temporal
 from gnn_dist.nn.registry import REGISTRY, ModelConfig
+from gnn_dist.nn.typed import HeteroConv, RGCNConv, TypedGNN, TypedLinear
 
-__all__ = ["MessagePassing", "segment_softmax", "GCNConv", "SAGEConv", "GATConv", "GINConv", "BatchNorm", "GNN", "MODELS", "build_model", "PyGNN", "to_pyg", "HeteroConv", "HeteroGNN", "RGCNConv",
-           "TypedLinear", "GCRN", "EvolveGCN", "EvolveGCNO", "to_pyg_temporal", "REGISTRY", "ModelConfig"]
+__all__ = [
+    "MessagePassing", "segment_softmax", "GCNConv", "SAGEConv", "GATConv", "GINConv", "BatchNorm", "GNN",
+    "MODELS", "build_model", "PyGNN", "to_pyg", "HeteroConv", "TypedGNN", "RGCNConv", "TypedLinear", "GCRN",
+    "EvolveGCN", "EvolveGCNO", "to_pyg_dynamic", "REGISTRY", "ModelConfig",
+]

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gnn_dist.graph import LocalGraph
+from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import dropout
 from gnn_dist.nn.message_passing import MessagePassing, segment_softmax
 

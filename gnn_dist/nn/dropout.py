@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnn_dist import fused
+from gnn_dist.runtime import kernels
 
 BACKEND = os.environ.get("GNN_DIST_DROPOUT", "auto")  # auto | torch
 
@@ -33,7 +33,7 @@ class HashDropout(torch.autograd.Function):
         mask = torch.empty(flat.shape, dtype=torch.uint8)
         key = int(torch.randint(0, 2**62, (1,)))
         scale = 1.0 / (1.0 - p)
-        fused.kernels().dropout_into(flat.numpy(), out.numpy(), mask.numpy(), _drop_below(p), scale, key)
+        kernels.load().dropout_into(flat.numpy(), out.numpy(), mask.numpy(), _drop_below(p), scale, key)
         ctx.save_for_backward(mask)
         ctx.scale = scale
         return out.view_as(x)
@@ -55,7 +55,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     if not 0.0 <= p < 1.0:
         return F.dropout(x, p, training)  # torch's own error for p outside [0, 1], and p == 1
-    if BACKEND == "torch" or x.device.type != "cpu" or x.dtype != torch.float32 or not fused.available():
+    if BACKEND == "torch" or x.device.type != "cpu" or x.dtype != torch.float32 or not kernels.available():
         return F.dropout(x, p, training)
     return HashDropout.apply(x, p)
 
@@ -89,9 +89,9 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
     scale = 1.0 / (1.0 - p)
     x2 = x.reshape(x.shape[0], -1)
     if (BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad
-            and fused.available()):
+            and kernels.available()):
         out = torch.empty_like(x2)
-        fused.kernels().keyed_dropout_rows(x2.contiguous().numpy(), out.numpy(), ids.numpy(), _drop_below(p),
+        kernels.load().keyed_dropout_rows(x2.contiguous().numpy(), out.numpy(), ids.numpy(), _drop_below(p),
                                            scale, np.uint64(key))  # one signature for keys above 2^63 too
         return out.view_as(x)
     w = x2.shape[1]

@@ -37,7 +37,8 @@ class PyGNN(nn.Module):
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         for i, conv in enumerate(self.convs):
             x = F.dropout(x, p=self.dropout, training=self.training)
-            x = conv(x, edge_index, edge_weight) if edge_weight is not None and hasattr(conv, "normalize") else conv(x, edge_index)
+            weighted = edge_weight is not None and hasattr(conv, "normalize")
+            x = conv(x, edge_index, edge_weight) if weighted else conv(x, edge_index)
             if i < len(self.convs) - 1:
                 x = F.relu(x)
         return x
@@ -45,7 +46,7 @@ class PyGNN(nn.Module):
 
 def to_pyg(model: GNN) -> PyGNN:
     """The PyG twin of a built-in static model (the registry's static names); typed and dynamic models have
-    theirs in `gnn_dist.nn.hetero.PyGHeteroGNN` and `gnn_dist.nn.temporal.to_pyg_temporal`."""
+    theirs in `gnn_dist.nn.typed.PyGTypedGNN` and `gnn_dist.nn.dynamic.to_pyg_dynamic`."""
     from gnn_dist.nn.registry import names
 
     if not isinstance(model, GNN) or model.kind not in names("static"):

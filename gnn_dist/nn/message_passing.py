@@ -18,8 +18,8 @@ import inspect
 import torch
 from torch import nn
 
-from gnn_dist.exchange import HaloWait
-from gnn_dist.graph import LocalGraph, SplitOperator, spmm
+from gnn_dist.graph.local import LocalGraph, SplitOperator, spmm
+from gnn_dist.runtime.exchange import HaloWait
 
 AGGRS = {"sum": "sum", "add": "sum", "mean": "mean", "max": "max"}  # PyG's "add" is "sum"
 NORMS = {"none": "none", "raw": "none", "gcn": "gcn"}
@@ -99,7 +99,7 @@ class MessagePassing(nn.Module):
     `self_loops=True` replaces the graph's loops by one unit loop per node
     first (GAT). A hand-written `message` decides for itself what to do
     with `edge_weight`.
-    """
+    """  # noqa: E501 (the table)
 
     def __init__(self, aggr: str = "sum", norm: str = "none", self_loops: bool = False, weighted: bool = True):
         super().__init__()

@@ -5,9 +5,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gnn_dist.graph import LocalGraph
-from gnn_dist.nn.dropout import dropout, input_dropout
+from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
+from gnn_dist.nn.dropout import dropout, input_dropout
 
 MODELS = ("gcn", "sage", "gat", "gin")
 

@@ -19,10 +19,10 @@ from typing import Callable
 
 from torch import nn
 
-from gnn_dist.errors import InputError
-from gnn_dist.nn.hetero import HETERO_MODELS, HeteroGNN
+from gnn_dist.nn.dynamic import DYNAMIC_MODELS, build_dynamic_model
 from gnn_dist.nn.models import MODELS, build_model
-from gnn_dist.nn.temporal import TEMPORAL_MODELS, build_temporal_model
+from gnn_dist.nn.typed import TYPED_MODELS, TypedGNN
+from partition.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -57,18 +57,18 @@ def _static(kind: str) -> Builder:
 
 
 def _typed(kind: str) -> Builder:
-    return lambda f, c, cfg: HeteroGNN(kind, list(cfg.feature_dims), cfg.hidden, c, list(cfg.edge_types),
+    return lambda f, c, cfg: TypedGNN(kind, list(cfg.feature_dims), cfg.hidden, c, list(cfg.edge_types),
                                        cfg.layers, cfg.num_bases, cfg.dropout)
 
 
 def _dynamic(kind: str) -> Builder:
-    return lambda f, c, cfg: build_temporal_model(kind, f, cfg.hidden, c, cfg.layers)
+    return lambda f, c, cfg: build_dynamic_model(kind, f, cfg.hidden, c, cfg.layers)
 
 
 REGISTRY: dict[str, Entry] = {
     **{k: Entry("static", _static(k)) for k in MODELS},
-    **{k: Entry("dynamic", _dynamic(k)) for k in TEMPORAL_MODELS},
-    **{k: Entry("typed", _typed(k)) for k in HETERO_MODELS},
+    **{k: Entry("dynamic", _dynamic(k)) for k in DYNAMIC_MODELS},
+    **{k: Entry("typed", _typed(k)) for k in TYPED_MODELS},
 }
 
 
@@ -89,12 +89,12 @@ def describe() -> str:
 def _load_user_builder(spec: str) -> Builder:
     target, _, func = spec.rpartition(":")
     if not target or not func:
-        raise InputError(f"--model {spec}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
+        raise UsageError(f"--model {spec}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
     try:
         if target.endswith(".py"):
             path = Path(target).resolve()
             if not path.is_file():
-                raise InputError(f"--model {spec}: file {target} does not exist")
+                raise UsageError(f"--model {spec}: file {target} does not exist")
             name = f"gnn_dist_user_{abs(hash(str(path)))}"
             module = sys.modules.get(name)
             if module is None:
@@ -106,13 +106,13 @@ def _load_user_builder(spec: str) -> Builder:
             if os.getcwd() not in sys.path:  # a console script's path starts at its bin folder, not here
                 sys.path.insert(0, os.getcwd())
             module = importlib.import_module(target)
-    except InputError:
+    except UsageError:
         raise
     except Exception as e:  # an import error, or the module raising while it loads
-        raise InputError(f"--model {spec}: cannot import {target} ({type(e).__name__}: {e})") from None
+        raise UsageError(f"--model {spec}: cannot import {target} ({type(e).__name__}: {e})") from None
     builder = getattr(module, func, None)
     if not callable(builder):
-        raise InputError(f"--model {spec}: {target} has no function '{func}'")
+        raise UsageError(f"--model {spec}: {target} has no function '{func}'")
     return builder
 
 
@@ -126,7 +126,7 @@ def builder_of(spec: str) -> Builder:
     if spec in REGISTRY:
         return REGISTRY[spec].build
     if not is_user_model(spec):
-        raise InputError(f"unknown model '{spec}' (choose from {describe()})")
+        raise UsageError(f"unknown model '{spec}' (choose from {describe()})")
     return _load_user_builder(spec)
 
 
@@ -139,7 +139,7 @@ def build(spec: str, num_features: int, num_classes: int, config: ModelConfig) -
     """The model `spec` names, built for these sizes."""
     model = builder_of(spec)(num_features, num_classes, config)
     if not isinstance(model, nn.Module):
-        raise InputError(f"--model {spec}: {spec.rpartition(':')[2]}() returned {type(model).__name__}, "
+        raise UsageError(f"--model {spec}: {spec.rpartition(':')[2]}() returned {type(model).__name__}, "
                          f"not a torch.nn.Module")
     return model
 

@@ -1,0 +1,25 @@
+"""load_partition: this rank's part of a partition directory as a LocalGraph with its exchange."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from gnn_dist.graph.local import LocalGraph
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime.launch import DistContext, LaunchError
+from partition.store import read_meta, read_part
+
+
+def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, verify: bool = True,
+                   exchange: ExchangeConfig | None = None) -> LocalGraph:
+    meta = read_meta(path)
+    if meta["num_parts"] != ctx.world_size:
+        raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts")
+    plan = read_part(path, ctx.rank, meta, verify=verify)
+    if sum(p["halo"] for p in meta["parts"]) > 0:  # every rank decides alike: all join the collective or none
+        halo = HaloExchange(torch.from_numpy(plan.send_idx).to(ctx.device), plan.send_counts.tolist(),
+                            plan.recv_counts.tolist(), ctx.halo_group, exchange, ctx.rank)
+    else:
+        halo = None
+    return LocalGraph.from_plan(plan, meta["num_classes"], meta["num_parts"], halo, ctx.device, overlap)

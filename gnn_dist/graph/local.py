@@ -1,0 +1,222 @@
+"""LocalGraph: one part as torch tensors, or a whole graph in one process (DESIGN sec. 2).
+
+Layers see only this object. A single-process graph is a LocalGraph with no
+halo and no exchange, so a layer runs unchanged on both. Sparse operators
+(normalised adjacency split into central and marginal rows, with transposes
+for backward) are derived once and cached here.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from gnn_dist.runtime.exchange import HaloExchange
+from partition.build import PartPlan, build_parts
+from partition.graph import Graph
+
+
+def spmm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """a @ x for a sparse CSR `a`, also when `a` has no rows or no columns (torch's CSR kernels refuse those)."""
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        return x.new_zeros((a.shape[0],) + tuple(x.shape[1:]))
+    return a @ x
+
+
+@dataclass
+class SplitOperator:
+    """A = [A_central; A_marginal], with A_marginal = [local columns | halo columns], and transposes.
+
+    Central rows read inner columns only; so do the local columns of marginal
+    rows. Both are computed while halo rows are in flight: only the halo
+    columns wait for the exchange (and, backward, only the halo columns'
+    gradients are computed before it starts).
+    """
+
+    central: torch.Tensor  # CSR [num_central, num_inner]
+    central_t: torch.Tensor
+    local: torch.Tensor  # CSR [num_marginal, num_inner]: marginal rows, inner columns
+    local_t: torch.Tensor
+    halo: torch.Tensor  # CSR [num_marginal, num_halo]: marginal rows, halo columns
+    halo_t: torch.Tensor
+
+    @classmethod
+    def from_scipy(cls, central: sp.csr_matrix, marginal: sp.csr_matrix, num_inner: int, device) -> "SplitOperator":
+        local, halo = marginal[:, :num_inner].tocsr(), marginal[:, num_inner:].tocsr()
+        return cls(*(_to_torch_csr(t, device) for t in (central, central.T.tocsr(), local, local.T.tocsr(),
+                                                          halo, halo.T.tocsr())))
+
+    @property
+    def num_central(self) -> int:
+        return int(self.central.shape[0])
+
+    @property
+    def num_marginal(self) -> int:
+        return int(self.local.shape[0])
+
+
+def _to_torch_csr(m: sp.csr_matrix, device) -> torch.Tensor:
+    m = m.tocsr()
+    m.sort_indices()
+    with warnings.catch_warnings():  # torch flags CSR as beta on every construction
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(m.indptr.astype(np.int64)), torch.from_numpy(m.indices.astype(np.int64)),
+            torch.from_numpy(m.data.astype(np.float32)), size=m.shape, device=device, check_invariants=False)
+
+
+@dataclass
+class LocalGraph:
+    indptr: np.ndarray  # [num_inner + 1], rows = inner destinations
+    indices: np.ndarray  # local source ids, < num_src
+    edge_weight: np.ndarray | None
+    num_inner: int
+    num_central: int
+    num_src: int
+    in_degree: np.ndarray  # global counts, every local row
+    in_weight: np.ndarray  # global weighted in-degree, every local row
+    global_ids: np.ndarray
+    x: torch.Tensor
+    y: torch.Tensor
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+    num_classes: int
+    exchange: HaloExchange | None = None
+    overlap: bool = True
+    device: torch.device = torch.device("cpu")
+    part: int = 0
+    num_parts: int = 1
+    self_loop: np.ndarray | None = None  # bool, every local row: has a self loop in the global graph
+    types: object = None  # gnn_dist.graph.typed.Types for a heterogeneous part
+    edge_attr: np.ndarray | None = None  # float32 [E_local, D] edge features, CSR order
+    dropout_key: int | None = None  # this epoch's input-dropout key, the same on every rank (set by the trainer)
+    _ops: dict = field(default_factory=dict, repr=False)
+    _edges: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def from_plan(cls, plan: PartPlan, num_classes: int, num_parts: int, exchange: HaloExchange | None,
+                  device: torch.device = torch.device("cpu"), overlap: bool = True) -> "LocalGraph":
+        return cls(
+            indptr=plan.indptr, indices=plan.indices, edge_weight=plan.edge_weight,
+            num_inner=plan.num_inner, num_central=plan.num_central, num_src=int(plan.global_ids.shape[0]),
+            in_degree=plan.in_degree, in_weight=plan.in_weight, global_ids=plan.global_ids,
+            x=torch.from_numpy(np.array(plan.x, dtype=np.float32)).to(device),
+            y=torch.from_numpy(plan.y).to(device),
+            train_mask=torch.from_numpy(plan.train_mask).to(device),
+            val_mask=torch.from_numpy(plan.val_mask).to(device),
+            test_mask=torch.from_numpy(plan.test_mask).to(device),
+            num_classes=num_classes, exchange=exchange, overlap=overlap, device=device,
+            part=plan.part, num_parts=num_parts, self_loop=plan.self_loop, edge_attr=plan.edge_attr)
+
+    @classmethod
+    def from_graph(cls, graph: Graph, device: torch.device = torch.device("cpu")) -> "LocalGraph":
+        """The whole graph in one process: every node inner and central, no exchange."""
+        plan = next(build_parts(graph, np.zeros(graph.num_nodes, dtype=np.int32), 1))
+        return cls.from_plan(plan, graph.num_classes, 1, None, device)
+
+    @classmethod
+    def from_pyg(cls, data, device: torch.device = torch.device("cpu")) -> "LocalGraph":
+        """A PyG `Data` object in one process (labels and masks optional)."""
+        from gnn_dist.data.real import graph_from_pyg
+
+        return cls.from_graph(graph_from_pyg(data), device)
+
+    # ------------------------------------------------------------- derived
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    def global_id_tensor(self) -> torch.Tensor:
+        """Global node id of every local row (inner, then halo), int64 on the graph's device."""
+        if "global_ids" not in self._ops:
+            self._ops["global_ids"] = torch.from_numpy(self.global_ids.astype(np.int64)).to(self.device)
+        return self._ops["global_ids"]
+
+    def _weights(self, weighted: bool) -> np.ndarray:
+        """w per local edge: the graph's edge weight, or 1 (unweighted graph, or a layer that ignores weights)."""
+        if weighted and self.edge_weight is not None:
+            return self.edge_weight.astype(np.float64)
+        return np.ones(self.num_edges, np.float64)
+
+    def _rows(self) -> np.ndarray:
+        return np.repeat(np.arange(self.num_inner), np.diff(self.indptr))
+
+    def _values(self, aggr: str, norm: str, weighted: bool) -> np.ndarray:
+        """Coefficient of each local edge in the default message's aggregate (see MessagePassing)."""
+        w, rows = self._weights(weighted), self._rows()
+        if norm == "gcn":  # w_ij / sqrt(d_i d_j), d = loop + incoming w, global degrees
+            dinv = 1.0 / np.sqrt(self._gcn_degree(weighted))
+            return w * dinv[self.indices] * dinv[rows]
+        if aggr == "mean":  # w_ij / (global in-degree count)
+            return w / np.maximum(self.in_degree[: self.num_inner], 1)[rows]
+        return w
+
+    def _missing_loop(self) -> np.ndarray:
+        """1 where GCN adds a unit self loop: nodes that have one keep theirs (PyG's add_remaining_self_loops)."""
+        n = self.in_weight.shape[0]
+        return np.ones(n) if self.self_loop is None else (~self.self_loop[:n]).astype(np.float64)
+
+    def _gcn_degree(self, weighted: bool = True) -> np.ndarray:
+        return (self.in_weight if weighted else self.in_degree.astype(np.float64)) + self._missing_loop()
+
+    def operator(self, aggr: str = "sum", norm: str = "none", weighted: bool = True) -> SplitOperator:
+        """The default message's aggregation as a sparse matrix, split at the central/marginal boundary.
+
+        aggr "sum" or "mean", norm "none" or "gcn" (sum only; adds the remaining unit self loops).
+        """
+        key = (aggr, norm, weighted)
+        if key not in self._ops:
+            a = sp.csr_matrix((self._values(aggr, norm, weighted), self.indices, self.indptr),
+                              shape=(self.num_inner, self.num_src))
+            if norm == "gcn":
+                diag = self._missing_loop()[: self.num_inner] / self._gcn_degree(weighted)[: self.num_inner]
+                a = a + sp.csr_matrix((diag, (np.arange(self.num_inner), np.arange(self.num_inner))), shape=a.shape)
+            self._ops[key] = SplitOperator.from_scipy(a[: self.num_central, : self.num_inner], a[self.num_central:],
+                                                      self.num_inner, self.device)
+        return self._ops[key]
+
+    def edges(self, loops: str = "keep", norm: str = "none", weighted: bool = True) -> dict:
+        """Edge lists of central and marginal rows for per-edge messages: (dst row in block, src col, weight,
+        features or None), destinations sorted.
+
+        `loops`: "keep" the graph's edges; "replace" drops existing loops and adds one unit loop per
+        inner node (PyG's remove + add_self_loops, GAT); "remaining" adds a unit loop where a node has
+        none (PyG's add_remaining_self_loops, GCN). Added loops get zero edge features. The weight is
+        the raw w (1 if not `weighted`), or with norm "gcn" w_ij / sqrt(d_i d_j) (loops: 1 / d_i).
+        """
+        key = (loops, norm, weighted)
+        if key not in self._edges:
+            rows, cols = self._rows(), self.indices
+            w = self._values("sum", "gcn", weighted) if norm == "gcn" else self._weights(weighted)
+            attr = self.edge_attr
+            if loops != "keep":
+                keep = cols != rows if loops == "replace" else np.ones(rows.shape[0], bool)
+                loop = np.arange(self.num_inner) if loops == "replace" else \
+                    np.flatnonzero(self._missing_loop()[: self.num_inner] > 0)
+                loop_w = np.ones(loop.shape[0]) if norm != "gcn" else 1.0 / self._gcn_degree(weighted)[loop]
+                rows = np.concatenate([rows[keep], loop])
+                cols = np.concatenate([cols[keep], loop])
+                w = np.concatenate([w[keep], loop_w])
+                if attr is not None:
+                    attr = np.concatenate([attr[keep], np.zeros((loop.shape[0], attr.shape[1]), np.float32)])
+                order = np.argsort(rows, kind="stable")
+                rows, cols, w = rows[order], cols[order], w[order]
+                attr = None if attr is None else attr[order]
+            split = int(np.searchsorted(rows, self.num_central))
+            t = lambda a, dt=torch.int64: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dt)
+            a = (lambda lo, hi: None) if attr is None else (lambda lo, hi: t(attr[lo:hi], torch.float32))
+            self._edges[key] = {
+                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32), a(0, split)),
+                "marginal": (t(rows[split:] - self.num_central), t(cols[split:]), t(w[split:], torch.float32),
+                             a(split, rows.shape[0])),
+            }
+        return self._edges[key]

@@ -1,0 +1,159 @@
+"""Adaptive bit-widths (AdaQP-style, DESIGN sec. 5), solved identically on every rank.
+
+Each (channel, sender, receiver) group g has a quantisation variance
+var_g(b) = R_g * width / (6 (2^b - 1)^2), R_g = sum over its rows of (max - min)^2
+(stochastic rounding of a uniform fraction has variance step^2 / 6 on average),
+and costs bytes_g(b) on its link. A link model time = alpha * bytes + beta,
+fitted per directed link at start-up, turns bytes into seconds. Links share
+interfaces: a sender's egress and a receiver's ingress each carry the sum of
+their links. No interface may take longer than it would at uniform
+int<budget_bits>; within that, bits go where they remove the most variance
+per second of link time (greedy upgrades 2 -> 4 -> 8).
+Statistics are all-gathered first, so every rank computes the same table.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+
+import torch
+import torch.distributed as dist
+
+from gnn_dist.runtime import codec
+
+START_BITS = 8  # before the first solve: int8 everywhere
+
+
+def variance(r: float, width: int, bits: int) -> float:
+    return r * width / (6.0 * (2**bits - 1) ** 2)
+
+
+def solve_bits(groups: dict, links: dict, budget_bits: int) -> dict:
+    """groups: {(channel, src, dst): (R, rows, width)}; links: {(src, dst): (alpha, beta)} -> {group: bits}.
+
+    Every interface carries the sum of its links: a sender's egress at each
+    link's own speed, a receiver's ingress at the speed of its fastest link
+    in (what its own interface can take). Each interface's budget is its own
+    time at uniform int<budget_bits>, so no link ends up slower than uniform
+    int<budget_bits> would make it; bits only move between the groups that
+    share interfaces. (A budget of the busiest interface's time, letting the
+    others fill up to it, made the whole epoch as slow as the noisiest link
+    measurement on a busy host.) From int2 everywhere, upgrades are taken
+    greedily by variance removed per second of link time while both ends
+    stay within budget; a group's next upgrade removes less per second than
+    its last, so one heap pass finds the greedy order, and an upgrade that
+    does not fit never fits later (loads only grow).
+    """
+    live = {g: v for g, v in groups.items() if v[1]}
+    if not live:
+        return {}
+    alpha = {g: links.get((g[1], g[2]), (1.0, 0.0))[0] for g in live}
+    beta = {g: links.get((g[1], g[2]), (1.0, 0.0))[1] for g in live}
+    alpha_in: dict = {}
+    for g in live:
+        alpha_in[g[2]] = min(alpha_in.get(g[2], float("inf")), alpha[g])
+
+    def cost(g, bits: int) -> tuple[float, float]:
+        """(egress seconds at the sender, ingress seconds at the receiver) of group g at `bits`."""
+        b = codec.wire_bytes(live[g][1], live[g][2], f"int{bits}")
+        return alpha[g] * b + beta[g], alpha_in[g[2]] * b + beta[g]
+
+    def loads(bits_of) -> tuple[dict, dict]:
+        out, inn = {}, {}
+        for g in live:
+            e, i = cost(g, bits_of(g))
+            out[g[1]], inn[g[2]] = out.get(g[1], 0.0) + e, inn.get(g[2], 0.0) + i
+        return out, inn
+
+    budget_out, budget_in = loads(lambda g: budget_bits)
+    slack = 1 + 1e-9
+    bits = {g: codec.INT_BITS[-1] for g in live}
+    out, inn = loads(bits.__getitem__)
+
+    def step(g) -> tuple | None:
+        b = bits[g]
+        if b == codec.INT_BITS[0]:
+            return None
+        r, rows, width = live[g]
+        d_var = variance(r, width, b) - variance(r, width, 2 * b)
+        d_bytes = codec.wire_bytes(rows, width, f"int{2 * b}") - codec.wire_bytes(rows, width, f"int{b}")
+        return (-d_var / (max(d_bytes, 1) * alpha[g]), g)
+
+    heap = [s for s in map(step, sorted(live)) if s is not None]
+    heapq.heapify(heap)
+    while heap:
+        _, g = heapq.heappop(heap)
+        (e0, i0), (e1, i1) = cost(g, bits[g]), cost(g, 2 * bits[g])
+        if out[g[1]] - e0 + e1 > budget_out[g[1]] * slack or inn[g[2]] - i0 + i1 > budget_in[g[2]] * slack:
+            continue
+        out[g[1]] += e1 - e0
+        inn[g[2]] += i1 - i0
+        bits[g] *= 2
+        nxt = step(g)
+        if nxt is not None:
+            heapq.heappush(heap, nxt)
+    return bits
+
+
+class AdaptivePolicy:
+    """Per-rank view: local statistics in, the global bit table out."""
+
+    def __init__(self, exchange, config):
+        self.ex, self.config = exchange, config
+        self.local: dict = {}  # (channel, dst) -> (R, rows, width); R a device tensor until solved
+        self.table: dict = {}  # (channel, src, dst) -> bits
+        self.links = dict(config.links) if config.links else self.measure_links()
+        self.solved_at = -1
+
+    def observe(self, channel: str, dst: int, width: int, scale: torch.Tensor, bits: int) -> None:
+        rng = scale.double() * (2**bits - 1)
+        self.local[(channel, dst)] = ((rng * rng).sum(), int(scale.shape[0]), int(width))
+
+    def codec_for(self, channel: str, src: int, dst: int) -> str:
+        return f"int{self.table.get((channel, src, dst), START_BITS)}"
+
+    def maybe_solve(self, epoch: int) -> None:
+        every = self.config.adaptive_every
+        if epoch == self.solved_at or not (epoch == 1 or (epoch > 1 and epoch % every == 0)):
+            return
+        gathered = [None] * dist.get_world_size(self.ex.group)
+        local = {k: (float(r), rows, width) for k, (r, rows, width) in self.local.items()}
+        dist.all_gather_object(gathered, local, group=self.ex.group)
+        groups = {(ch, src, dst): v for src, loc in enumerate(gathered) for (ch, dst), v in loc.items()}
+        self.table = solve_bits(groups, self.links, self.config.budget_bits)
+        self.solved_at = epoch
+
+    def measure_links(self, sizes=(64, 1 << 20, 1 << 22), reps: int = 5) -> dict:
+        """time = alpha * bytes + beta per directed link, one permutation round per peer offset.
+
+        beta is the best time of a tiny message and alpha the slope between two
+        large ones: large enough that a shaper's burst allowance and scheduling
+        jitter do not skew the slope (a two-point fit from 64 KB and 1 MB read
+        one 1 Gbit/s lab link as 1.4x slower than the rest, its intercept off
+        by milliseconds, and that one link then set every interface's budget).
+        """
+        world = dist.get_world_size(self.ex.group)
+        me = self.ex.rank
+        best = {}  # (peer offset, size) -> best seconds; repetitions interleaved so a busy spell hits one sample
+        for _ in range(reps):
+            for off in range(1, world):
+                dst, src = (me + off) % world, (me - off) % world
+                for n in sizes:
+                    send = torch.zeros(n, dtype=torch.uint8, device=self.ex.device)  # NCCL needs device buffers
+                    recv = torch.empty(n, dtype=torch.uint8, device=self.ex.device)
+                    splits_in = [n if p == dst else 0 for p in range(world)]
+                    splits_out = [n if p == src else 0 for p in range(world)]
+                    dist.barrier(group=self.ex.group)
+                    t = time.perf_counter()
+                    dist.all_to_all_single(recv, send, splits_out, splits_in, group=self.ex.group)
+                    if send.is_cuda:
+                        torch.cuda.synchronize(send.device)
+                    best[(off, n)] = min(best.get((off, n), float("inf")), time.perf_counter() - t)
+        mine = {}
+        for off in range(1, world):
+            t = [best[(off, n)] for n in sizes]
+            alpha = max((t[2] - t[1]) / (sizes[2] - sizes[1]), 1e-12)
+            mine[(me, (me + off) % world)] = (alpha, t[0])
+        gathered = [None] * world
+        dist.all_gather_object(gathered, mine, group=self.ex.group)
+        return {k: v for d in gathered for k, v in d.items()}

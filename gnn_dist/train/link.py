@@ -1,0 +1,139 @@
+"""Link prediction: node embeddings from any gnn-dist model, dot-product scores, negatives sampled per part.
+
+Training positives are each rank's own edges (destination inner, source
+inner or halo). The model's output rows travel once more through the halo
+exchange (with autograd), so both ends of every local edge have an
+embedding. Negatives keep the positive's destination and take a random
+source among the part's rows, so sampling needs no communication. Held-out
+pairs (`gnn-dist partition --link-split`) are scored on the rank that owns
+the destination, after fetching the source embeddings from their owners
+with one all-to-all; AUC is computed over all ranks' scores.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from gnn_dist.graph.local import LocalGraph
+from gnn_dist.runtime.collectives import all_sum, sum_gradients, sync_parameters
+from gnn_dist.runtime.exchange import HaloWait
+from gnn_dist.runtime.launch import DistContext
+from gnn_dist.train.optim import make_optimizer
+from partition.book import PartitionBook
+from partition.errors import UsageError
+
+
+def auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Probability that a random positive outscores a random negative (ties count half)."""
+    scores = np.concatenate([pos, neg])
+    order = scores.argsort(kind="mergesort")
+    ranks = np.empty(scores.shape[0])
+    ranks[order] = np.arange(1, scores.shape[0] + 1)
+    for v in np.unique(scores[order][np.r_[False, np.diff(scores[order]) == 0]]):  # average tied ranks
+        ranks[scores == v] = ranks[scores == v].mean()
+    n_pos, n_neg = pos.shape[0], neg.shape[0]
+    return float((ranks[:n_pos].sum() - n_pos * (n_pos + 1) / 2) / max(n_pos * n_neg, 1))
+
+
+class LinkTrainer:
+    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, partition: str | Path, *,
+                 lr: float = 0.01, weight_decay: float = 0.0, optimizer: str = "adam", seed: int = 0):
+        self.model, self.graph, self.ctx, self.seed = model.to(ctx.device), graph, ctx, seed
+        self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
+        f = Path(partition) / "link_edges.npz"
+        if not f.is_file():
+            raise UsageError(f"{partition} has no held-out edges: partition it with --link-split VAL,TEST")
+        self.book = PartitionBook(partition)
+        with np.load(f) as z:
+            self.held = {k: z[k] for k in z.files}
+        rows = np.repeat(np.arange(graph.num_inner), np.diff(graph.indptr))
+        self.pos_dst = torch.from_numpy(rows).to(ctx.device)
+        self.pos_src = torch.from_numpy(graph.indices).to(ctx.device)
+        self.num_pos = int(all_sum(torch.tensor([float(rows.shape[0])]), ctx)[0])
+        sync_parameters(self.model, ctx)
+
+    def _embed_all(self) -> torch.Tensor:
+        """Embeddings of inner and halo rows (halo rows fetched with autograd)."""
+        g = self.graph
+        h = self.model(g.x, g)
+        if g.exchange is None:
+            return h
+        channel = g.exchange.channel(self, self.model.training and torch.is_grad_enabled())
+        pending = g.exchange.start(h, channel)
+        return torch.cat([h, HaloWait.apply(h, pending, g.exchange, channel)])
+
+    def train_step(self, epoch: int) -> float:
+        self.model.train()
+        self.opt.zero_grad(set_to_none=False)
+        hs = self._embed_all()
+        gen = torch.Generator().manual_seed(self.seed * 7919 + epoch * 131 + self.ctx.rank)
+        neg_src = torch.randint(0, hs.shape[0], (self.pos_src.shape[0],), generator=gen).to(hs.device)
+        h_dst = hs[self.pos_dst]
+        pos = (hs[self.pos_src] * h_dst).sum(-1)
+        neg = (hs[neg_src] * h_dst).sum(-1)
+        loss_sum = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") + \
+            F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum")
+        (loss_sum / (2 * self.num_pos)).backward()
+        total = sum_gradients(self.model, self.ctx, loss_sum)
+        self.opt.step()
+        return float(total[0]) / (2 * self.num_pos)
+
+    @torch.no_grad()
+    def _fetch(self, h: torch.Tensor, gids: np.ndarray) -> torch.Tensor:
+        """Embeddings of arbitrary global ids: ask each owner for its rows (one all-to-all each way)."""
+        parts, local = self.book.to_local(gids)
+        p = self.ctx.world_size
+        dev = h.device  # NCCL moves device buffers only
+        if p == 1:
+            return h[torch.from_numpy(local).to(dev)]
+        order = np.argsort(parts, kind="stable")
+        counts = torch.from_numpy(np.bincount(parts, minlength=p).astype(np.int64)).to(dev)
+        theirs = torch.empty_like(counts)
+        dist.all_to_all_single(theirs, counts, group=self.ctx.halo_group)
+        counts_l, theirs_l = counts.tolist(), theirs.tolist()
+        asked = torch.empty(sum(theirs_l), dtype=torch.int64, device=dev)
+        dist.all_to_all_single(asked, torch.from_numpy(local[order]).to(dev), theirs_l, counts_l,
+                               group=self.ctx.halo_group)
+        reply = torch.empty(len(gids), h.shape[1], dtype=h.dtype, device=dev)
+        dist.all_to_all_single(reply, h[asked].contiguous(), counts_l, theirs_l, group=self.ctx.halo_group)
+        out = torch.empty_like(reply)
+        out[torch.from_numpy(order).to(dev)] = reply
+        return out
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        self.model.eval()  # exact messages (no autograd, eval mode)
+        g = self.graph
+        h = self.model(g.x, g)
+        mine = set(g.global_ids[: g.num_inner].tolist())
+        local_of = {v: i for i, v in enumerate(g.global_ids[: g.num_inner].tolist())}
+        res = {}
+        for split in ("val", "test"):
+            scores = []
+            for kind in ("", "neg_"):
+                src, dst = self.held[f"{split}_{kind}src"], self.held[f"{split}_{kind}dst"]
+                sel = np.array([d in mine for d in dst.tolist()], dtype=bool)
+                hs = self._fetch(h, src[sel])  # every rank joins, even with nothing to ask
+                hd = h[torch.tensor([local_of[d] for d in dst[sel].tolist()], dtype=torch.int64, device=h.device)]
+                scores.append((hs * hd).sum(-1).cpu().numpy())
+            gathered = [None] * self.ctx.world_size
+            if self.ctx.world_size > 1:
+                dist.all_gather_object(gathered, scores)
+            else:
+                gathered = [scores]
+            res[f"{split}_auc"] = auc(np.concatenate([s[0] for s in gathered]), np.concatenate([s[1] for s in gathered]))
+        return res
+
+    def fit(self, epochs: int, eval_every: int = 10, log=None) -> dict:
+        rec: dict = {}
+        for epoch in range(epochs):
+            rec = {"epoch": epoch, "loss": self.train_step(epoch)}
+            if epoch + 1 == epochs or (eval_every and (epoch + 1) % eval_every == 0):
+                rec.update(self.evaluate())
+            if log is not None:
+                log(rec)
+        return rec

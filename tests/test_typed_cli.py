@@ -1,0 +1,98 @@
+"""Typed graphs through the CLI: partition and train `rgcn` under mpiexec; one-line errors for bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
+
+MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+
+
+def _one_line(r, needle):
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "error:" in ln]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+@pytest.fixture(scope="module")
+def hsbm2(tmp_path_factory):
+    out = tmp_path_factory.mktemp("typed") / "h2"
+    r = run_cli("partition", "--dataset", "hsbm:papers=500,authors=300,venues=6,classes=3,seed=1", "--parts", "2",
+                "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "paper: per part" in r.stdout
+    return out
+
+
+def test_train_rgcn_with_and_without_relation_aggregates(hsbm2, tmp_path):
+    finals = []
+    for extra in ([], ["--relagg"]):
+        log = tmp_path / f"log{len(extra)}.jsonl"
+        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(hsbm2),
+                            "--model", "rgcn", "--epochs", "5", "--dropout", "0", "--quiet", "--log", str(log), *extra],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        finals.append(json.loads(log.read_text().splitlines()[-1]))
+    assert abs(finals[0]["loss"] - finals[1]["loss"]) < 1e-5  # exact either way
+    assert sum(finals[1]["halo"]["raf"]["bytes"]) > 0 and "raf" not in finals[0]["halo"]
+    assert "fwd.L0" not in finals[1]["halo"]  # every R-GCN layer took the aggregate path
+
+
+def _hfile(path: Path, **override) -> str:
+    arrays = {"node_types": np.array(["paper", "author"]), "edge_types": np.array(["author:writes:paper"]),
+              "x:paper": np.zeros((4, 3), np.float32), "x:author": np.zeros((2, 5), np.float32),
+              "edge_index:author:writes:paper": np.array([[0, 1, 1], [0, 2, 3]]), "target": np.array("paper"),
+              "y": np.array([0, 1, 0, 1])}
+    arrays.update(override)
+    np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+    return f"hfile:{path}"
+
+
+@pytest.mark.parametrize("override,needle", [
+    ({"edge_types": np.array(["author:writes:venue"]), "edge_index:author:writes:paper": None,
+      "edge_index:author:writes:venue": np.array([[0], [0]])}, "edge type 'author:writes:venue' refers to missing node type 'venue'"),  # noqa: E501
+    ({"edge_index:paper:cites:paper": np.array([[0], [1]])}, "edges for unknown edge type 'paper:cites:paper'"),
+    ({"x:venue": np.zeros((2, 2), np.float32)}, "features for unknown node type 'venue'"),
+    ({"target": np.array("venue")}, "unknown node type 'venue'"),
+    ({"x:paper": np.zeros((3, 3), np.float32)}, "features of node type 'paper' have shape (3, 3), expected (4, F)"),
+    ({"edge_index:author:writes:paper": np.array([[0, 5], [0, 2]])}, "edge type 'author:writes:paper': source id 5 is out of range for 2 nodes"),  # noqa: E501
+])
+def test_bad_typed_graphs(tmp_path, override, needle):
+    spec = _hfile(tmp_path / "g.npz", **override)
+    out = tmp_path / "out"
+    if "x:paper" in override:  # declared node count 4 via num_nodes, features for 3
+        spec = _hfile(tmp_path / "g.npz", num_nodes=np.array([4, 2]), **override)
+    _one_line(run_cli("partition", "--dataset", spec, "--parts", "2", "--out", str(out)), needle)
+    assert not out.exists()
+
+
+def test_feature_width_mismatch_in_a_partition(hsbm2, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(hsbm2, bad)
+    meta = json.loads((bad / "partition.json").read_text())
+    meta["feature_dims"][1] += 1  # author features now disagree with the stored arrays
+    (bad / "partition.json").write_text(json.dumps(meta))
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(bad),
+                        "--model", "rgcn", "--epochs", "1", "--quiet"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 2 and all("feature width mismatch" in ln for ln in errors), r.stderr
+
+
+def test_typed_model_on_static_partition_and_relagg_rules(hsbm2, tmp_path):
+    from tests.conftest import cli_partition
+
+    part = cli_partition(tmp_path, "karate", 1)
+    _one_line(run_cli("train", "--partition", str(part), "--model", "rgcn"), "holds a static graph")
+    _one_line(run_cli("train", "--partition", str(hsbm2), "--model", "gcn"), "holds a heterogeneous graph")
+    _one_line(run_cli("train", "--partition", str(hsbm2), "--model", "hsage", "--relagg"), "--relagg applies to --model rgcn")
