@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 # Loaded on first use, so the partitioning commands (numpy, scipy, pymetis) never import torch.
 _EXPORTS = {
     "LocalGraph": "gnn_dist.graph.local", "DistContext": "gnn_dist.runtime.launch", "init": "gnn_dist.runtime.launch",
-    "load_partition": "gnn_dist.graph.load", "Trainer": "gnn_dist.train.trainer", "load_typed_partition": "gnn_dist.graph.typed",
+    "load_partition": "gnn_dist.graph.load", "Trainer": "gnn_dist.train.node", "load_typed_partition": "gnn_dist.graph.typed",
     "local_typed": "gnn_dist.graph.typed", "SnapshotSequence": "gnn_dist.graph.dynamic",
     "DynamicTrainer": "gnn_dist.train.dynamic", "LinkTrainer": "gnn_dist.train.link",
     "ExchangeConfig": "gnn_dist.runtime.exchange", "ModelConfig": "gnn_dist.nn.registry",

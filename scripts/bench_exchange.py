@@ -84,7 +84,7 @@ def worker(a: argparse.Namespace) -> None:
     from gnn_dist.nn import build_model
     from gnn_dist.runtime.exchange import ExchangeConfig
     from gnn_dist.runtime.launch import init
-    from gnn_dist.train.trainer import Trainer
+    from gnn_dist.train.node import Trainer
     from partition.store import read_meta
 
     ctx = init(expected_world=read_meta(a.worker)["num_parts"], timeout_s=600)
@@ -101,7 +101,7 @@ def worker(a: argparse.Namespace) -> None:
         dist.barrier()
         t = time.perf_counter()
         c = time.process_time()
-        tr.train_step(e)
+        tr.train_epoch(e)
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
         m = graph.exchange.epoch_metrics()

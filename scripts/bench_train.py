@@ -34,7 +34,7 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str) -> None:
     from gnn_dist.graph.load import load_partition
     from gnn_dist.nn import build_model
     from gnn_dist.runtime.launch import init
-    from gnn_dist.train.trainer import Trainer
+    from gnn_dist.train.node import Trainer
     from partition.store import read_meta
 
     ctx = init(expected_world=read_meta(part_dir)["num_parts"])
@@ -42,12 +42,12 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str) -> None:
     torch.manual_seed(0)
     net = build_model(model, graph.num_features, hidden, graph.num_classes, layers=2, dropout=0.5)
     trainer = Trainer(net, graph, ctx, progress=False, eval_every=0)
-    trainer.train_step(0)
+    trainer.train_epoch(0)
     if ctx.world_size > 1:
         dist.barrier()
     t = time.perf_counter()
     for e in range(1, epochs + 1):
-        trainer.train_step(e)
+        trainer.train_epoch(e)
     dt = (time.perf_counter() - t) / epochs
     rss = [None] * ctx.world_size
     if ctx.world_size > 1:

@@ -14,10 +14,11 @@ import torch.nn.functional as F
 
 from gnn_dist.graph.load import load_partition
 from gnn_dist.nn import MODELS, build_model
+from gnn_dist.nn.dropout import input_dropout_key
 from gnn_dist.runtime.collectives import all_sum
 from gnn_dist.runtime.exchange import ExchangeConfig
 from gnn_dist.runtime.launch import init
-from gnn_dist.train.trainer import Trainer
+from gnn_dist.train.node import Trainer
 from partition.store import read_meta
 
 EPOCHS = 20
@@ -49,7 +50,7 @@ def main() -> None:
                 model = build_model(kind, graph.num_features, 8, graph.num_classes, layers=2, dropout=0.0, heads=2)
                 trainer = Trainer(model, graph, ctx, lr=0.01, weight_decay=5e-4, progress=False)
                 logits, grads = step0(model, graph, trainer)
-                losses = [trainer.train_step(e) for e in range(EPOCHS)]
+                losses = [trainer.train_epoch(e) for e in range(EPOCHS)]
                 res[overlap] = (logits, grads, losses)
             (lo, go, lso), (ln, gn, lsn) = res[True], res[False]
             same = torch.equal(lo, ln) and all(torch.equal(a, b) for a, b in zip(go, gn)) and lso == lsn
@@ -73,8 +74,8 @@ def main() -> None:
             graph = load_partition(d, ctx, exchange=ExchangeConfig(input_cache=cache))
             torch.manual_seed(0)
             layer = build_model("gcn", graph.num_features, 8, 64, layers=1, dropout=0.5)  # 64 wide: aggregates X
-            graph.dropout_key = KEY
-            out = layer(graph.x, graph)
+            with input_dropout_key(KEY):
+                out = layer(graph.x, graph)
             ex = graph.exchange  # none with one rank
             sent = {k: sum(v["bytes"]) for k, v in ex.epoch_metrics().items()} if ex is not None else {}
             np.savez(out_dir / f"{name}-inputdrop-{cache}-rank{ctx.rank}.npz",
@@ -86,7 +87,7 @@ def main() -> None:
         torch.manual_seed(0)
         model = build_model("gcn", graph.num_features, 8, graph.num_classes, layers=2, dropout=0.0)
         trainer = Trainer(model, graph, ctx, lr=0.01, weight_decay=5e-4, progress=False)
-        losses = [trainer.train_step(e) for e in range(EPOCHS)]
+        losses = [trainer.train_epoch(e) for e in range(EPOCHS)]
         np.savez(out_dir / f"{name}-gcn-int8-rank{ctx.rank}.npz", losses=np.array(losses))
     ctx.close()
 

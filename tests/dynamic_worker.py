@@ -35,12 +35,12 @@ def run(d: str, ctx, kind: str, window: int, epochs: int, **seq_kw):
     # gradients of the first window, summed over ranks, as the trainer's first step sees them
     state, loss = model.init_state(seq.num_inner), 0
     for t, sg in zip(range(window), seq):
-        o, state = trainer._step(t, sg, state)
-        loss = loss + trainer._loss_sum(o, t)
+        o, state = trainer.task._step(t, sg, state)
+        loss = loss + trainer.task._loss_sum(o, t)
     model.zero_grad()
     (loss / (trainer.num_nodes * window)).backward()
     grads = [all_sum(p.grad.clone(), ctx) for p in model.parameters()]
-    losses = [trainer.train_epoch() for _ in range(epochs)]
+    losses = [trainer.train_epoch(e) for e in range(epochs)]
     return seq, preds, grads, losses
 
 

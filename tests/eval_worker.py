@@ -27,7 +27,7 @@ def train(ctx, part: str, cfg: ExchangeConfig, extra_eval: bool) -> list[float]:
     trainer = gd.Trainer(model, graph, ctx, progress=False)
     losses = []
     for epoch in range(EPOCHS):
-        losses.append(trainer.train_step(epoch))
+        losses.append(trainer.train_epoch(epoch))
         if extra_eval:  # the trainer's evaluation, and a hand-written one: no_grad in train mode
             trainer.evaluate()
             model.train()
@@ -51,7 +51,7 @@ def main() -> None:
         model = gd.nn.build_model("gcn", graph.num_features, 16, graph.num_classes, layers=3, dropout=0.5)
         trainer = gd.Trainer(model, graph, ctx, progress=False)
         for epoch in range(5):
-            trainer.train_step(epoch)
+            trainer.train_epoch(epoch)
         model.eval()
         with torch.no_grad():
             evals = [model(graph.x, graph) for _ in range(3)]

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn import MODELS, build_model, to_pyg
+from gnn_dist.nn.dropout import input_dropout_key
 from partition import assign_parts, build_parts, write_partition
 from tests.conftest import run_worker
 from tests.dist_worker import KEY
@@ -115,8 +116,8 @@ def test_matches_single_process_pyg(world, graphs, references, tmp_path):
         torch.manual_seed(0)
         layer = build_model("gcn", g.num_features, 8, 64, layers=1, dropout=0.5)
         single = LocalGraph.from_graph(g)
-        single.dropout_key = KEY
-        ref = layer(single.x, single).detach().numpy()
+        with input_dropout_key(KEY):
+            ref = layer(single.x, single).detach().numpy()
         assert (ref == 0).mean() < 0.5  # not all dropped; and differs from no dropout:
         assert not np.allclose(ref, layer.eval()(single.x, single).detach().numpy())
         rows = {c: np.zeros_like(ref) for c in (True, False)}

@@ -15,7 +15,7 @@ import torch
 from gnn_dist.graph.typed import load_typed_partition
 from gnn_dist.nn.typed import TYPED_MODELS, TypedGNN
 from gnn_dist.runtime.launch import init
-from gnn_dist.train.trainer import Trainer
+from gnn_dist.train.node import Trainer
 from partition.store import read_meta
 from tests.dist_worker import step0
 

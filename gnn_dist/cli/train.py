@@ -120,8 +120,8 @@ def check_args(a: argparse.Namespace) -> None:
         (a.early_stop >= 0 and a.lr_step >= 1 and a.lr_gamma > 0, "--early-stop >= 0, --lr-step >= 1, --lr-gamma > 0 required"),
         (not (a.early_stop or a.keep_best) or a.eval_every >= 1, "--early-stop/--keep-best need --eval-every >= 1"),
         (a.task == "node" or graph_kind(a.model) in ("static", None), "--task link applies to static graph models"),
-        (not (dynamic and (a.early_stop or a.keep_best or a.lr_schedule != "none")),
-         "--early-stop, --keep-best and --lr-schedule apply to static and typed graphs"),
+        (not (dynamic and (a.early_stop or a.keep_best)),
+         "--early-stop and --keep-best need a validation metric; dynamic graphs score train and test periods only"),
         (not a.relagg or (a.model == "rgcn" and a.codec == "fp32" and not a.staleness and not a.skip_threshold),
          "--relagg applies to --model rgcn with exact fp32 messages"),
         (not dynamic or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
@@ -151,50 +151,96 @@ def check_args(a: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    from gnn_dist.nn.registry import graph_kind, names
     from partition.store import read_meta
 
     meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
-    dynamic, typed = "num_snapshots" in meta, meta.get("format_version") == 2
-    kind = "dynamic" if dynamic else "typed" if typed else "static"
-    if graph_kind(args.model) not in (kind, None) or (dynamic and graph_kind(args.model) is None):
-        what = {"dynamic": "a dynamic graph (snapshots)", "typed": "a heterogeneous graph", "static": "a static graph"}
-        raise UsageError(f"{args.partition} holds {what[kind]}; --model {args.model} does not apply "
-                         f"(use {', '.join(names(kind))}{'' if dynamic else ', or your own MODULE:FUNCTION'})")
-    if dynamic:
-        if args.window > meta["num_train_snapshots"]:
-            raise UsageError(f"--window {args.window} is longer than the {meta['num_train_snapshots']} training "
-                             f"snapshots of {args.partition}")
-        return run_dynamic(args, meta)
-
+    kind = check_partition_kind(args, meta)
     import torch
 
     from gnn_dist.runtime.launch import init
-    from gnn_dist.train.trainer import Trainer
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
-    graph = load_graph(args, ctx, meta, exchange_config(args), verify=not args.no_verify)
     torch.manual_seed(args.seed)
-    width = args.hidden if args.task == "link" else graph.num_classes  # link: the model emits embeddings
-    model = build_user_or_builtin(args, ctx, graph, meta, width)
-
-    if args.task == "link":
-        return run_link(args, ctx, graph, model)
+    setup = {"dynamic": dynamic_setup, "static": static_setup, "typed": static_setup}[kind]
+    model, make_trainer, summary = setup(args, ctx, meta)
 
     def fit() -> tuple[dict, list]:
-        trainer = (Trainer(model, graph, ctx, optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
-                          seed=args.seed, log_path=args.log, checkpoint_dir=args.checkpoint_dir,
-                          checkpoint_every=args.checkpoint_every, eval_every=args.eval_every,
-                          progress=not args.quiet, lr_schedule=args.lr_schedule, epochs=args.epochs,
-                          lr_step=args.lr_step, lr_gamma=args.lr_gamma, early_stop=args.early_stop,
-                          keep_best=args.keep_best))
+        trainer = make_trainer()
         trainer.tensorboard = tensorboard(args, ctx)
         return trainer.fit(args.epochs, resume=args.resume), trainer.history
 
-    return fit_and_report(ctx, args, model, fit, lambda f: (
+    return fit_and_report(ctx, args, model, fit, summary)
+
+
+# Flags that only some kinds of graph use: (default, kinds). Set elsewhere, they are refused, not ignored.
+KIND_FLAGS = {"window": (8, ("dynamic",)), "plans": ("incremental", ("dynamic",)), "no_plan_cache": (False, ("dynamic",)),
+              "normalize_features": (False, ("static",)), "relagg": (False, ("typed",)), "num_bases": (2, ("typed",))}
+
+
+def check_partition_kind(args: argparse.Namespace, meta: dict) -> str:
+    """static, typed or dynamic; refuses a model or flag that does not apply to that kind of graph."""
+    from gnn_dist.nn.registry import graph_kind, names
+
+    dynamic, typed = "num_snapshots" in meta, meta.get("format_version") == 2
+    kind = "dynamic" if dynamic else "typed" if typed else "static"
+    if graph_kind(args.model) not in (kind, None) or (dynamic and graph_kind(args.model) is None):
+        what = {"dynamic": "a dynamic graph (snapshots)", "typed": "a typed graph", "static": "a static graph"}
+        raise UsageError(f"{args.partition} holds {what[kind]}; --model {args.model} does not apply "
+                         f"(use {', '.join(names(kind))}{'' if dynamic else ', or your own MODULE:FUNCTION'})")
+    for flag, (default, kinds) in KIND_FLAGS.items():
+        if getattr(args, flag) != default and kind not in kinds:
+            raise UsageError(f"--{flag.replace('_', '-')} applies to {' and '.join(kinds)} graphs; "
+                             f"{args.partition} holds a {kind} graph")
+    if dynamic and args.window > meta["num_train_snapshots"]:
+        raise UsageError(f"--window {args.window} is longer than the {meta['num_train_snapshots']} training "
+                         f"snapshots of {args.partition}")
+    return kind
+
+
+def loop_options(a: argparse.Namespace) -> dict:
+    """The flags every task's training loop honours (gnn_dist.train.loop.Loop)."""
+    return dict(optimizer=a.optimizer, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed, log_path=a.log,
+                checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, eval_every=a.eval_every,
+                progress=not a.quiet, lr_schedule=a.lr_schedule, epochs=a.epochs, lr_step=a.lr_step,
+                lr_gamma=a.lr_gamma, early_stop=a.early_stop, keep_best=a.keep_best)
+
+
+def static_setup(args: argparse.Namespace, ctx, meta: dict):
+    """Node classification or link prediction on a static or typed graph."""
+    graph = load_graph(args, ctx, meta, exchange_config(args), verify=not args.no_verify)
+    width = args.hidden if args.task == "link" else graph.num_classes  # link: the model emits embeddings
+    model = build_user_or_builtin(args, ctx, graph, meta, width)
+    best = lambda f: f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else ""  # noqa: E731
+    if args.task == "link":
+        from gnn_dist.train.link import LinkTrainer
+
+        return model, lambda: LinkTrainer(model, graph, ctx, args.partition, **loop_options(args)), lambda f: (
+            f"final epoch {f.get('epoch')}: loss {f['loss']:.4f} | val auc {f['val_auc']:.4f} | "
+            f"test auc {f['test_auc']:.4f}" + best(f))
+    from gnn_dist.train.node import Trainer
+
+    return model, lambda: Trainer(model, graph, ctx, **loop_options(args)), lambda f: (
         f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | train acc {f['train_acc']:.4f} | "
-        f"val acc {f['val_acc']:.4f} | test acc {f['test_acc']:.4f}"
-        + (f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else "")))
+        f"val acc {f['val_acc']:.4f} | test acc {f['test_acc']:.4f}" + best(f))
+
+
+def dynamic_setup(args: argparse.Namespace, ctx, meta: dict):
+    """Windows of snapshots with truncated backpropagation through time."""
+    from gnn_dist.graph.dynamic import SnapshotSequence
+    from gnn_dist.nn.registry import build
+    from gnn_dist.train.dynamic import DynamicTrainer
+
+    seq = SnapshotSequence(args.partition, ctx, exchange_config(args), overlap=not args.no_overlap,
+                           mode=args.plans, cache=not args.no_plan_cache, verify=not args.no_verify)
+    out = 1 if seq.task == "regression" else seq.num_classes
+    model = build(args.model, seq.num_features, out, model_config(args))
+
+    def summary(final: dict) -> str:
+        parts = [f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f}"]
+        parts += [f"{k.replace('_', ' ')} {v:.4f}" for k, v in final.items() if k.startswith(("train_", "test_"))]
+        return " | ".join(parts + [f"plan time {seq.plan_seconds:.2f}s"])
+
+    return model, lambda: DynamicTrainer(model, seq, ctx, window=args.window, **loop_options(args)), summary
 
 
 def load_graph(args: argparse.Namespace, ctx, meta: dict, exchange=None, verify: bool = True):
@@ -229,33 +275,6 @@ def build_user_or_builtin(args: argparse.Namespace, ctx, graph, meta: dict, num_
         if getattr(args, "debug", False):
             raise
         raise UsageError(f"--model {args.model}: building the model failed: {describe_user_error(e)}") from None
-
-
-def run_link(args: argparse.Namespace, ctx, graph, model) -> int:
-    """Link prediction: the model emits --hidden wide embeddings; scores are dot products."""
-    import json
-
-    from gnn_dist.train.link import LinkTrainer
-
-    tb = tensorboard(args, ctx)
-
-    def fit() -> tuple[dict, list]:
-        history = []
-
-        def log(rec: dict) -> None:
-            history.append(rec)
-            if tb is not None:
-                tb.write(rec)
-            if args.log and ctx.is_main:
-                with open(args.log, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
-
-        trainer = LinkTrainer(model, graph, ctx, args.partition, lr=args.lr, weight_decay=args.weight_decay,
-                              optimizer=args.optimizer, seed=args.seed)
-        return trainer.fit(args.epochs, args.eval_every, log), history
-
-    return fit_and_report(ctx, args, model, fit, lambda f: (
-        f"final epoch {f.get('epoch')}: loss {f['loss']:.4f} | val auc {f['val_auc']:.4f} | test auc {f['test_auc']:.4f}"))
 
 
 def tensorboard(args: argparse.Namespace, ctx):
@@ -303,32 +322,3 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
         sys.stdout.flush()
     ctx.close()
     return 0
-
-
-def run_dynamic(args: argparse.Namespace, meta: dict) -> int:
-    import torch
-
-    from gnn_dist.graph.dynamic import SnapshotSequence
-    from gnn_dist.nn.registry import build
-    from gnn_dist.runtime.launch import init
-    from gnn_dist.train.dynamic import DynamicTrainer
-
-    ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
-    seq = SnapshotSequence(args.partition, ctx, exchange_config(args), overlap=not args.no_overlap,
-                           mode=args.plans, cache=not args.no_plan_cache, verify=not args.no_verify)
-    torch.manual_seed(args.seed)
-    out = 1 if seq.task == "regression" else seq.num_classes
-    model = build(args.model, seq.num_features, out, model_config(args))
-    def fit() -> tuple[dict, list]:
-        trainer = DynamicTrainer(model, seq, ctx, window=args.window, optimizer=args.optimizer, lr=args.lr,
-                                  weight_decay=args.weight_decay, seed=args.seed, log_path=args.log,
-                                  eval_every=args.eval_every, progress=not args.quiet)
-        trainer.tensorboard = tensorboard(args, ctx)
-        return trainer.fit(args.epochs), trainer.history
-
-    def summary(final: dict) -> str:
-        parts = [f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f}"]
-        parts += [f"{k.replace('_', ' ')} {v:.4f}" for k, v in final.items() if k.startswith(("train_", "test_"))]
-        return " | ".join(parts + [f"plan time {seq.plan_seconds:.2f}s"])
-
-    return fit_and_report(ctx, args, model, fit, summary)

@@ -93,7 +93,6 @@ class LocalGraph:
     self_loop: np.ndarray | None = None  # bool, every local row: has a self loop in the global graph
     types: object = None  # gnn_dist.graph.typed.Types for a heterogeneous part
     edge_attr: np.ndarray | None = None  # float32 [E_local, D] edge features, CSR order
-    dropout_key: int | None = None  # this epoch's input-dropout key, the same on every rank (set by the trainer)
     _ops: dict = field(default_factory=dict, repr=False)
     _edges: dict = field(default_factory=dict, repr=False)
 

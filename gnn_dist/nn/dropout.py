@@ -14,6 +14,8 @@ run draws the very masks a single process does.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 
 import numpy as np
@@ -100,16 +102,31 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
     return torch.where(keep, x2 * scale, torch.zeros((), dtype=x.dtype, device=x.device)).view_as(x)
 
 
+_INPUT_KEY: contextvars.ContextVar[int | None] = contextvars.ContextVar("input_dropout_key", default=None)
+
+
+@contextlib.contextmanager
+def input_dropout_key(key: int | None):
+    """The input-dropout key of one training step, the same on every rank (the training loop sets one per epoch).
+
+    It belongs to the step, not to the graph: outside the `with`, input dropout is plain dropout again.
+    """
+    token = _INPUT_KEY.set(key)
+    try:
+        yield
+    finally:
+        _INPUT_KEY.reset(token)
+
+
 def input_dropout(x: torch.Tensor, graph, p: float, training: bool) -> torch.Tensor:
     """Dropout of the graph's input features `graph.x`, and the halo they imply handed to the exchange.
 
-    With an epoch key set (`graph.dropout_key`; the trainer sets one per
-    epoch, the same on every rank), inner rows and the once-fetched halo copy
+    Within a step's key (`input_dropout_key`), inner rows and the once-fetched halo copy
     are dropped alike by global node id, and the first layer reads the halo
     from here instead of the wire. Anything else (another tensor, no key, an
     exchange without the input cache) is plain `dropout`.
     """
-    key = getattr(graph, "dropout_key", None)
+    key = _INPUT_KEY.get()
     drops = training and p > 0.0
     if x is not graph.x or x.requires_grad or (drops and key is None):
         return dropout(x, p, training)

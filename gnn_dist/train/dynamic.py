@@ -11,39 +11,27 @@ meaningful where features are lagged targets).
 """
 from __future__ import annotations
 
-import json
-import sys
-import time
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from gnn_dist.graph.dynamic import SnapshotGraph, SnapshotSequence
 from gnn_dist.nn.dynamic import detach_state
-from gnn_dist.runtime.collectives import all_sum, broadcast, sum_gradients, sync_parameters
+from gnn_dist.runtime.collectives import all_sum
 from gnn_dist.runtime.launch import DistContext
-from gnn_dist.train.optim import make_optimizer
+from gnn_dist.train.loop import Loop
 from partition.errors import UsageError
 
 
-class DynamicTrainer:
-    def __init__(self, model: torch.nn.Module, seq: SnapshotSequence, ctx: DistContext, *, window: int,
-                 optimizer: str = "adam", lr: float = 0.01, weight_decay: float = 0.0, seed: int = 0,
-                 log_path: str | None = None, eval_every: int = 1, progress: bool = True):
+class DynamicTask:
+    monitor = None  # train and test periods only: no validation snapshots to judge "best" by
+
+    def __init__(self, model: torch.nn.Module, seq: SnapshotSequence, ctx: DistContext, window: int):
         if not 1 <= window <= seq.num_train:
             raise UsageError(f"--window {window} is longer than the {seq.num_train} training snapshots "
                              f"(of {seq.num_snapshots}); choose 1..{seq.num_train}")
-        self.model, self.seq, self.ctx, self.window = model.to(ctx.device), seq, ctx, window
-        self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])
-        self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
+        self.model, self.seq, self.ctx, self.window = model, seq, ctx, window
         self.num_nodes = int(all_sum(torch.tensor([float(seq.num_inner)]), ctx)[0])
-        self.log_path = Path(log_path) if log_path and ctx.is_main else None
-        self.eval_every, self.progress = eval_every, progress
-        self.history: list[dict] = []
-        self.tensorboard = None  # a gnn_dist.train.tblog.TensorBoardLog on rank 0, if asked for
-        sync_parameters(self.model, ctx)
+        self._plan0 = 0.0
 
     # ------------------------------------------------------------- one step
     def _step(self, t: int, sg: SnapshotGraph, state):
@@ -62,8 +50,9 @@ class DynamicTrainer:
             return F.mse_loss(out.squeeze(-1), y, reduction="sum")
         return F.cross_entropy(out, y, reduction="sum")
 
-    def train_epoch(self) -> float:
-        self.model.train()
+    def train_epoch(self, loop: Loop, epoch: int) -> float:
+        self._plan0 = self.seq.plan_seconds
+        loop.begin_epoch(epoch)
         state = self.model.init_state(self.seq.num_inner)
         total, window_loss, in_window = 0.0, None, 0
         for t, sg in enumerate(self.seq):
@@ -73,15 +62,18 @@ class DynamicTrainer:
             in_window += 1
             last = t + 1 == self.seq.num_train
             if in_window == self.window or last:
-                self.opt.zero_grad(set_to_none=False)
-                (window_loss / (self.num_nodes * in_window)).backward()
-                total += float(sum_gradients(self.model, self.ctx, window_loss)[0]) / self.num_nodes
-                self.opt.step()
+                total += loop.step(window_loss, self.num_nodes * in_window) / self.num_nodes
                 state = detach_state(state)
                 window_loss, in_window = None, 0
             if last:
                 break
         return total / self.seq.num_train
+
+    def epoch_record(self) -> dict:
+        return {"plan_time": self.seq.plan_seconds - self._plan0, "halo_bytes": self.seq.take_bytes()}
+
+    def finish(self) -> None:
+        pass
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -116,28 +108,15 @@ class DynamicTrainer:
             outs.append(out)
         return torch.stack(outs)
 
-    # ------------------------------------------------------------------ loop
-    def fit(self, epochs: int) -> dict:
-        bar = tqdm(range(epochs), desc="train", unit="ep", file=sys.stderr, mininterval=1.0,
-                   disable=not (self.progress and self.ctx.is_main))
-        record: dict = {}
-        for epoch in bar:
-            t0 = time.perf_counter()
-            plan0 = self.seq.plan_seconds
-            loss = self.train_epoch()
-            dt = time.perf_counter() - t0
-            record = {"epoch": epoch, "loss": loss, "epoch_time": dt, "plan_time": self.seq.plan_seconds - plan0,
-                      "halo_bytes": self.seq.take_bytes()}
-            if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
-                record.update(self.evaluate())
-            self.history.append(record)
-            if self.tensorboard is not None:
-                self.tensorboard.write(record)
-            if self.log_path is not None:
-                with open(self.log_path, "a") as f:
-                    f.write(json.dumps(record) + "\n")
-            bar.set_postfix(loss=f"{loss:.4f}", s=f"{dt:.3f}")
-        bar.close()
-        if not any(k.startswith("test_") for k in record) and epochs:
-            record.update(self.evaluate())
-        return record
+
+class DynamicTrainer(Loop):
+    """Training over a snapshot sequence: `DynamicTrainer(model, seq, ctx, window=W).fit(epochs)`."""
+
+    def __init__(self, model: torch.nn.Module, seq: SnapshotSequence, ctx: DistContext, *, window: int,
+                 weight_decay: float = 0.0, **options):
+        task = DynamicTask(model.to(ctx.device), seq, ctx, window)
+        super().__init__(model, task, ctx, weight_decay=weight_decay, **options)
+        self.seq, self.num_nodes = seq, task.num_nodes
+
+    def predict(self) -> torch.Tensor:
+        return self.task.predict()

@@ -19,10 +19,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from gnn_dist.graph.local import LocalGraph
-from gnn_dist.runtime.collectives import all_sum, sum_gradients, sync_parameters
+from gnn_dist.nn.dropout import input_dropout_key
+from gnn_dist.runtime.collectives import all_sum
 from gnn_dist.runtime.exchange import HaloWait
 from gnn_dist.runtime.launch import DistContext
-from gnn_dist.train.optim import make_optimizer
+from gnn_dist.train.loop import Loop
 from partition.book import PartitionBook
 from partition.errors import UsageError
 
@@ -39,11 +40,11 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
     return float((ranks[:n_pos].sum() - n_pos * (n_pos + 1) / 2) / max(n_pos * n_neg, 1))
 
 
-class LinkTrainer:
-    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, partition: str | Path, *,
-                 lr: float = 0.01, weight_decay: float = 0.0, optimizer: str = "adam", seed: int = 0):
-        self.model, self.graph, self.ctx, self.seed = model.to(ctx.device), graph, ctx, seed
-        self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
+class LinkTask:
+    monitor = "val_auc"
+
+    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, partition: str | Path):
+        self.model, self.graph, self.ctx = model, graph, ctx
         f = Path(partition) / "link_edges.npz"
         if not f.is_file():
             raise UsageError(f"{partition} has no held-out edges: partition it with --link-split VAL,TEST")
@@ -54,7 +55,6 @@ class LinkTrainer:
         self.pos_dst = torch.from_numpy(rows).to(ctx.device)
         self.pos_src = torch.from_numpy(graph.indices).to(ctx.device)
         self.num_pos = int(all_sum(torch.tensor([float(rows.shape[0])]), ctx)[0])
-        sync_parameters(self.model, ctx)
 
     def _embed_all(self) -> torch.Tensor:
         """Embeddings of inner and halo rows (halo rows fetched with autograd)."""
@@ -66,21 +66,24 @@ class LinkTrainer:
         pending = g.exchange.start(h, channel)
         return torch.cat([h, HaloWait.apply(h, pending, g.exchange, channel)])
 
-    def train_step(self, epoch: int) -> float:
-        self.model.train()
-        self.opt.zero_grad(set_to_none=False)
-        hs = self._embed_all()
-        gen = torch.Generator().manual_seed(self.seed * 7919 + epoch * 131 + self.ctx.rank)
+    def train_epoch(self, loop: Loop, epoch: int) -> float:
+        with input_dropout_key(loop.begin_epoch(epoch)):
+            hs = self._embed_all()
+        gen = torch.Generator().manual_seed(loop.seed * 7919 + epoch * 131 + self.ctx.rank)
         neg_src = torch.randint(0, hs.shape[0], (self.pos_src.shape[0],), generator=gen).to(hs.device)
         h_dst = hs[self.pos_dst]
         pos = (hs[self.pos_src] * h_dst).sum(-1)
         neg = (hs[neg_src] * h_dst).sum(-1)
         loss_sum = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") + \
             F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum")
-        (loss_sum / (2 * self.num_pos)).backward()
-        total = sum_gradients(self.model, self.ctx, loss_sum)
-        self.opt.step()
-        return float(total[0]) / (2 * self.num_pos)
+        return loop.step(loss_sum, 2 * self.num_pos) / (2 * self.num_pos)
+
+    def epoch_record(self) -> dict:
+        return {}
+
+    def finish(self) -> None:
+        if self.graph.exchange is not None:
+            self.graph.exchange.drain()
 
     @torch.no_grad()
     def _fetch(self, h: torch.Tensor, gids: np.ndarray) -> torch.Tensor:
@@ -128,12 +131,12 @@ class LinkTrainer:
             res[f"{split}_auc"] = auc(np.concatenate([s[0] for s in gathered]), np.concatenate([s[1] for s in gathered]))
         return res
 
-    def fit(self, epochs: int, eval_every: int = 10, log=None) -> dict:
-        rec: dict = {}
-        for epoch in range(epochs):
-            rec = {"epoch": epoch, "loss": self.train_step(epoch)}
-            if epoch + 1 == epochs or (eval_every and (epoch + 1) % eval_every == 0):
-                rec.update(self.evaluate())
-            if log is not None:
-                log(rec)
-        return rec
+
+class LinkTrainer(Loop):
+    """Link prediction: `LinkTrainer(model, part, ctx, partition_dir).fit(epochs)`; validation AUC is "better"."""
+
+    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, partition: str | Path,
+                 *, weight_decay: float = 0.0, **options):
+        super().__init__(model, LinkTask(model.to(ctx.device), graph, ctx, partition), ctx,
+                         weight_decay=weight_decay, **options)
+        self.graph = graph

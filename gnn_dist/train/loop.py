@@ -1,8 +1,16 @@
-"""Full-graph training loop: one forward over the local part, loss on global train nodes, summed gradients.
+"""The one training loop: node classification, link prediction and dynamic graphs plug into it as tasks.
 
-Each rank's loss is the sum over its own train nodes divided by the global
-train count, and gradients are summed across ranks, so an epoch here equals an
-epoch of one process on the whole graph.
+The loop owns what every task shares: the seed (rank 0's, broadcast), the
+per-epoch dropout streams, the optimiser and its learning-rate schedule,
+evaluation every N epochs, the JSON-lines log and TensorBoard, atomic
+checkpoints and resuming, the best weights and early stopping, and the
+progress bar. A task owns what differs: how an epoch's loss is formed
+(`train_epoch`, which hands each loss to `Loop.step`), how the model is
+scored (`evaluate`), and which validation metric, if any, says "better".
+
+Each rank's loss is the sum over its own rows divided by the global count,
+and `step` sums the gradients over ranks, so an epoch here equals an epoch
+of one process on the whole graph.
 """
 from __future__ import annotations
 
@@ -10,19 +18,17 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnn_dist.graph.local import LocalGraph
-from gnn_dist.nn.norm import per_rank_batch_norms
-from gnn_dist.runtime.collectives import all_sum, broadcast, sum_gradients, sync_parameters
+from gnn_dist.runtime.collectives import broadcast, sum_gradients, sync_parameters
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train import checkpoint
 from gnn_dist.train.optim import make_optimizer, make_schedule
-from partition.errors import DataError
+from partition.errors import UsageError
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -35,24 +41,37 @@ def input_key(seed: int, epoch: int) -> int:
     return (((seed * 1_000_003 + epoch + 1) * 0x9E3779B97F4A7C15) % 2**64) >> 1
 
 
-def _append_error(log: Path, rank: int, message: str) -> None:
-    """One JSON line; ranks that share rank 0's filesystem can all record it (best effort, never raises)."""
-    if log.parent.is_dir():
-        with open(log, "a") as f:
-            f.write(json.dumps({"error": message, "rank": rank}) + "\n")
+class Task(Protocol):
+    """What a kind of training brings to the loop."""
+
+    monitor: str | None  # the validation metric (higher is better) for best weights and early stopping; None: none
+
+    def train_epoch(self, loop: "Loop", epoch: int) -> float:
+        """One epoch's mean loss; every optimiser step goes through `loop.step`."""
+
+    def evaluate(self) -> dict:
+        """Scores over all ranks, exact messages (eval mode, no autograd)."""
+
+    def epoch_record(self) -> dict:
+        """Extra per-epoch figures for the log (bytes sent, plan time)."""
+
+    def finish(self) -> None:
+        """Called once after the last epoch (e.g. drain background exchanges)."""
 
 
-class Trainer:
-    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, *, optimizer: str = "adam",
+class Loop:
+    def __init__(self, model: torch.nn.Module, task: Task, ctx: DistContext, *, optimizer: str = "adam",
                  lr: float = 0.01, weight_decay: float = 5e-4, seed: int = 0, log_path: str | None = None,
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
                  progress: bool = True, lr_schedule: str = "none", epochs: int = 0, lr_step: int = 50,
                  lr_gamma: float = 0.5, early_stop: int = 0, keep_best: bool = False):
-        self.model, self.graph, self.ctx = model.to(ctx.device), graph, ctx
+        self.model, self.task, self.ctx = model.to(ctx.device), task, ctx
         self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])  # rank 0's seed rules
         self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
         self.sched = make_schedule(lr_schedule, self.opt, epochs, lr_step, lr_gamma)
-        # early stopping and best weights: judged on validation accuracy, which every rank sees alike
+        if (early_stop or keep_best) and task.monitor is None:
+            raise UsageError("--early-stop and --keep-best need a validation metric, and this task has none "
+                             "(dynamic graphs score train and test periods only)")
         self.early_stop, self.keep_best = early_stop, keep_best or early_stop > 0
         self.best: dict = {}
         self.history: list[dict] = []  # per-epoch records (without per-channel details), for curves
@@ -60,43 +79,33 @@ class Trainer:
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.checkpoint_every, self.eval_every, self.progress = checkpoint_every, eval_every, progress
-        self.num_train = int(all_sum(torch.tensor([float(graph.train_mask.sum())]), ctx)[0])
-        if self.num_train == 0:
-            raise DataError("no training nodes in the partition (train mask empty on every rank)")
         sync_parameters(self.model, ctx)
-        per_rank = per_rank_batch_norms(self.model)
-        if per_rank and ctx.world_size > 1 and ctx.is_main:
-            sys.stderr.write(f"[gnn-dist] warning: {', '.join(per_rank)} normalise each rank's rows apart (torch "
-                             f"BatchNorm); gnn_dist.nn.BatchNorm uses every rank's rows, as one process would\n")
         if log_path:  # why the run ended, even if the launcher drops our stderr: any rank that fails first
             ctx.on_fail.append(lambda message: _append_error(Path(log_path), ctx.rank, message))
 
     # ------------------------------------------------------------------ steps
-    def train_step(self, epoch: int) -> float:
-        g = self.graph
+    def begin_epoch(self, epoch: int) -> int:
+        """Seed this epoch's per-rank dropout; returns its input-dropout key (the same on every rank)."""
         torch.manual_seed(epoch_seed(self.seed, epoch, self.ctx.rank))
-        g.dropout_key = input_key(self.seed, epoch)
         self.model.train()
+        return input_key(self.seed, epoch)
+
+    def step(self, loss_sum: torch.Tensor, count: float) -> float:
+        """Backpropagate loss_sum / count, sum gradients over ranks, step; the loss sum over all ranks."""
         self.opt.zero_grad(set_to_none=False)
-        out = self.model(g.x, g)
-        loss_sum = F.cross_entropy(out[g.train_mask], g.y[g.train_mask], reduction="sum")
-        (loss_sum / self.num_train).backward()
+        (loss_sum / count).backward()
         total = sum_gradients(self.model, self.ctx, loss_sum)
         self.opt.step()
+        return float(total[0])
+
+    def train_epoch(self, epoch: int) -> float:
+        loss = self.task.train_epoch(self, epoch)
         if self.sched is not None:
             self.sched.step()
-        return float(total[0]) / self.num_train
+        return loss
 
-    @torch.no_grad()
     def evaluate(self) -> dict:
-        g = self.graph
-        self.model.eval()  # no autograd, eval mode: every exchange is exact and leaves training state alone
-        pred = self.model(g.x, g).argmax(dim=1)
-        counts = []
-        for m in (g.train_mask, g.val_mask, g.test_mask):
-            counts += [float((pred[m] == g.y[m]).sum()), float(m.sum())]
-        c = all_sum(torch.tensor(counts, dtype=torch.float64), self.ctx).tolist()
-        return {f"{name}_acc": c[2 * i] / max(c[2 * i + 1], 1) for i, name in enumerate(("train", "val", "test"))}
+        return self.task.evaluate()
 
     # ------------------------------------------------------------------- loop
     def fit(self, epochs: int, resume: bool = False) -> dict:
@@ -106,47 +115,46 @@ class Trainer:
         record: dict = {}
         for epoch in bar:
             t0 = time.perf_counter()
-            loss = self.train_step(epoch)
+            loss = self.train_epoch(epoch)
             dt = time.perf_counter() - t0
-            record = {"epoch": epoch, "loss": loss, "epoch_time": dt}
+            record = {"epoch": epoch, "loss": loss, "epoch_time": dt, **self.task.epoch_record()}
             if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
-                record.update(self.evaluate())
-            if self.graph.exchange is not None:
-                record["halo"] = self.graph.exchange.epoch_metrics()
-                sent = sum(sum(c["bytes"]) for k, c in record["halo"].items() if not k.endswith("eval"))
-                record["halo_bytes_all_ranks"] = int(all_sum(torch.tensor([float(sent)]), self.ctx)[0])
+                record.update(self.task.evaluate())
             record["lr"] = self.opt.param_groups[0]["lr"]
             self._log(record)
-            bar.set_postfix(loss=f"{loss:.4f}", val=f"{record.get('val_acc', float('nan')):.3f}", s=f"{dt:.3f}")
+            bar.set_postfix(loss=f"{loss:.4f}", s=f"{dt:.3f}",
+                            **{self.task.monitor: f"{record[self.task.monitor]:.3f}"} if self.task.monitor in record else {})
             if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:
                 self.save_checkpoint(epoch)
-            if self.keep_best and "val_acc" in record and self._track_best(epoch, record):
-                if self.ctx.is_main and self.early_stop:
-                    sys.stderr.write(f"[gnn-dist] early stop at epoch {epoch}: val acc has not improved for "
-                                     f"{self.early_stop} evaluations (best {self.best['val_acc']:.4f} at epoch "
-                                     f"{self.best['epoch']})\n")
+            if self.keep_best and self.task.monitor in record and self._track_best(epoch, record):
+                self._say(f"early stop at epoch {epoch}: {self.task.monitor} has not improved for {self.early_stop} "
+                          f"evaluations (best {self.best['value']:.4f} at epoch {self.best['epoch']})")
                 break
         bar.close()
-        if self.graph.exchange is not None:
-            self.graph.exchange.drain()
+        self.task.finish()
         if self.best:  # report (and keep) the weights of the best validation epoch
             self.model.load_state_dict(self.best["model"])
-            record = dict(record, **self.evaluate(), best_epoch=self.best["epoch"])
-        elif "test_acc" not in record and epochs > start:
-            record.update(self.evaluate())
+            record = dict(record, **self.task.evaluate(), best_epoch=self.best["epoch"])
+        elif not any(k.startswith("test_") for k in record) and epochs > start:
+            record.update(self.task.evaluate())
         return record
 
     def _track_best(self, epoch: int, record: dict) -> bool:
         """Remember the best weights (rank 0 also writes best.pt); True when patience has run out."""
-        if not self.best or record["val_acc"] > self.best["val_acc"]:
+        value = record[self.task.monitor]
+        if not self.best or value > self.best["value"]:
             state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            self.best = {"val_acc": record["val_acc"], "epoch": epoch, "model": state, "stale": 0}
+            self.best = {"value": value, "epoch": epoch, "model": state, "stale": 0}
             if self.ckpt and self.ctx.is_main:
-                checkpoint.save_atomic({"epoch": epoch, "model": state, "val_acc": record["val_acc"]},
+                checkpoint.save_atomic({"epoch": epoch, "model": state, self.task.monitor: value},
                                        self.ckpt.with_name("best.pt"))
             return False
         self.best["stale"] += 1
         return bool(self.early_stop) and self.best["stale"] >= self.early_stop
+
+    def _say(self, line: str) -> None:
+        if self.ctx.is_main:
+            sys.stderr.write(f"[gnn-dist] {line}\n")
 
     def _log(self, record: dict) -> None:
         self.history.append({k: v for k, v in record.items() if k != "halo"})
@@ -177,3 +185,10 @@ class Trainer:
         if self.sched is not None and state[0].get("schedule"):
             self.sched.load_state_dict(state[0]["schedule"])
         return int(state[0]["epoch"]) + 1
+
+
+def _append_error(log: Path, rank: int, message: str) -> None:
+    """One JSON line; ranks that share rank 0's filesystem can all record it (best effort, never raises)."""
+    if log.parent.is_dir():
+        with open(log, "a") as f:
+            f.write(json.dumps({"error": message, "rank": rank}) + "\n")

@@ -1,0 +1,68 @@
+"""Node classification on one graph: cross-entropy over the training nodes, accuracy on train, val and test."""
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from gnn_dist.graph.local import LocalGraph
+from gnn_dist.nn.dropout import input_dropout_key
+from gnn_dist.nn.norm import per_rank_batch_norms
+from gnn_dist.runtime.collectives import all_sum
+from gnn_dist.runtime.launch import DistContext
+from gnn_dist.train.loop import Loop
+from partition.errors import DataError
+
+
+class NodeTask:
+    monitor = "val_acc"
+
+    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext):
+        self.model, self.graph, self.ctx = model, graph, ctx
+        self.num_train = int(all_sum(torch.tensor([float(graph.train_mask.sum())]), ctx)[0])
+        if self.num_train == 0:
+            raise DataError("no training nodes in the partition (train mask empty on every rank)")
+        per_rank = per_rank_batch_norms(model)
+        if per_rank and ctx.world_size > 1 and ctx.is_main:
+            sys.stderr.write(f"[gnn-dist] warning: {', '.join(per_rank)} normalise each rank's rows apart (torch "
+                             f"BatchNorm); gnn_dist.nn.BatchNorm uses every rank's rows, as one process would\n")
+
+    def train_epoch(self, loop: Loop, epoch: int) -> float:
+        g = self.graph
+        with input_dropout_key(loop.begin_epoch(epoch)):
+            out = self.model(g.x, g)
+        loss_sum = F.cross_entropy(out[g.train_mask], g.y[g.train_mask], reduction="sum")
+        return loop.step(loss_sum, self.num_train) / self.num_train
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        g = self.graph
+        self.model.eval()  # no autograd, eval mode: every exchange is exact and leaves training state alone
+        pred = self.model(g.x, g).argmax(dim=1)
+        counts = []
+        for m in (g.train_mask, g.val_mask, g.test_mask):
+            counts += [float((pred[m] == g.y[m]).sum()), float(m.sum())]
+        c = all_sum(torch.tensor(counts, dtype=torch.float64), self.ctx).tolist()
+        return {f"{name}_acc": c[2 * i] / max(c[2 * i + 1], 1) for i, name in enumerate(("train", "val", "test"))}
+
+    def epoch_record(self) -> dict:
+        ex = self.graph.exchange
+        if ex is None:
+            return {}
+        halo = ex.epoch_metrics()
+        sent = sum(sum(c["bytes"]) for k, c in halo.items() if not k.endswith("eval"))
+        return {"halo": halo, "halo_bytes_all_ranks": int(all_sum(torch.tensor([float(sent)]), self.ctx)[0])}
+
+    def finish(self) -> None:
+        if self.graph.exchange is not None:
+            self.graph.exchange.drain()
+
+
+class Trainer(Loop):
+    """Full-graph node classification: `Trainer(model, part, ctx).fit(epochs)` (options: see `Loop`)."""
+
+    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, **options):
+        task = NodeTask(model.to(ctx.device), graph, ctx)
+        super().__init__(model, task, ctx, **options)
+        self.graph, self.num_train = graph, task.num_train
