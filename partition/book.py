@@ -1,8 +1,13 @@
-"""The partition book: explicit id mappings of a partition directory, as DGL keeps them.
+"""The partition book: the one place that maps node ids between the whole graph and its parts.
 
 global id -> owning part (`node_map.npy`), global id -> local id within the
-owner's inner rows, and back. Local ids follow the DESIGN local order
-(central first, then marginal), so they are what `LocalGraph` row i means.
+owner's inner rows, and back; and each part's local rows (inner, then halo)
+-> global ids. Local ids follow the local order of docs/design.md §2 (central,
+then marginal, then halo by owner), so local id i is `LocalGraph` row i.
+
+Everything is read through the store's checksums (`verify=False` skips them,
+as `--no-verify` does). A rank that has already read its own part hands its
+rows over (`adopt`), so the runtime and the book hold one copy.
 """
 from __future__ import annotations
 
@@ -10,24 +15,35 @@ from pathlib import Path
 
 import numpy as np
 
-from partition.errors import DataError, PartitionFormatError
-from partition.store import read_meta
+from partition.errors import DataError
+from partition.store import read_local_ids, read_meta, read_node_map
 
 
 class PartitionBook:
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.meta = read_meta(self.path)
+    def __init__(self, path: str | Path, meta: dict | None = None, verify: bool = True):
+        self.path, self.verify = Path(path), verify
+        self.meta = meta or read_meta(self.path)
         self.num_parts, self.num_nodes = int(self.meta["num_parts"]), int(self.meta["num_nodes"])
-        try:
-            self.node_map = np.load(self.path / "node_map.npy", mmap_mode="r")
-        except (OSError, ValueError) as e:
-            raise PartitionFormatError(f"{self.path}/node_map.npy cannot be read: {e}") from None
-        if self.node_map.shape != (self.num_nodes,):
-            raise PartitionFormatError(f"{self.path}/node_map.npy has {self.node_map.shape[0]} entries "
-                                       f"for {self.num_nodes} nodes")
-        self._inner: list[np.ndarray | None] = [None] * self.num_parts
+        self._node_map: np.ndarray | None = None  # read on first use: a rank's training never needs it
+        self._rows: list[tuple[np.ndarray, int] | None] = [None] * self.num_parts
         self._local: np.ndarray | None = None
+
+    @property
+    def node_map(self) -> np.ndarray:
+        if self._node_map is None:
+            self._node_map = read_node_map(self.path, self.meta, self.verify)
+        return self._node_map
+
+    def adopt(self, part: int, global_ids: np.ndarray, num_inner: int) -> None:
+        """Take a part's local rows already read (and verified) by the loader, instead of reading them again."""
+        self._rows[part] = (global_ids, int(num_inner))
+
+    def _part(self, part: int) -> tuple[np.ndarray, int]:
+        if not 0 <= part < self.num_parts:
+            raise DataError(f"part {part} does not exist ({self.num_parts} parts)")
+        if self._rows[part] is None:
+            self._rows[part] = read_local_ids(self.path, part, self.meta, self.verify)
+        return self._rows[part]
 
     def _check(self, gids) -> np.ndarray:
         g = np.asarray(gids, dtype=np.int64)
@@ -36,14 +52,14 @@ class PartitionBook:
             raise DataError(f"global node id {bad} is out of range for {self.num_nodes} nodes")
         return g
 
+    def local_rows(self, part: int) -> np.ndarray:
+        """Global id of each of part's local rows: inner rows, then its halo."""
+        return self._part(part)[0]
+
     def inner_nodes(self, part: int) -> np.ndarray:
         """Global ids of part's inner rows, in local order."""
-        if not 0 <= part < self.num_parts:
-            raise DataError(f"part {part} does not exist ({self.num_parts} parts)")
-        if self._inner[part] is None:
-            with np.load(self.path / f"part-{part}" / "nodes.npz") as z:
-                self._inner[part] = z["global_ids"][: int(z["num_inner"])]
-        return self._inner[part]
+        ids, num_inner = self._part(part)
+        return ids[:num_inner]
 
     def part_of(self, gids) -> np.ndarray:
         return np.asarray(self.node_map)[self._check(gids)].astype(np.int64)

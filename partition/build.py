@@ -74,6 +74,44 @@ def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + offsets
 
 
+def relation_in_degrees(graph: Graph, dst: np.ndarray) -> np.ndarray | None:
+    """[node, relation] global in-degree: a mean over each relation's in-edges needs it (typed graphs only)."""
+    if graph.edge_type is None:
+        return None
+    num_rel = max(int(graph.edge_type.max()) + 1 if graph.num_edges else 0, 1)
+    rel_deg = np.bincount(dst * num_rel + graph.edge_type, minlength=graph.num_nodes * num_rel)
+    return rel_deg.reshape(graph.num_nodes, num_rel).astype(np.int64)
+
+
+def halo_lists(graph: Graph, parts: np.ndarray, num_parts: int, local_id: np.ndarray, src: np.ndarray,
+               dst: np.ndarray) -> list[np.ndarray]:
+    """halo[p]: remote sources of p's inner nodes (from the cross-part edges src -> dst), grouped by owner,
+    in the owner's local order, so the all-to-all receive buffer is the halo block."""
+    keys = np.unique(parts[dst] * graph.num_nodes + src)
+    need_part, need_node = keys // graph.num_nodes, keys % graph.num_nodes
+    order = np.lexsort((local_id[need_node], parts[need_node], need_part))
+    need_part, need_node = need_part[order], need_node[order]
+    bounds = np.searchsorted(need_part, np.arange(num_parts + 1))
+    return [need_node[bounds[p]:bounds[p + 1]] for p in range(num_parts)]
+
+
+def local_csr(graph: Graph, parts: np.ndarray, p: int, local_id: np.ndarray, inner: np.ndarray,
+              halo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Part p's in-edges as CSR over its inner rows with local source ids: (indptr, indices, global edge ids)."""
+    n_inner = inner.shape[0]
+    counts = np.diff(graph.indptr)[inner]
+    eids = concat_ranges(graph.indptr[inner], counts)
+    srcs = graph.indices[eids]
+    local_src = np.empty_like(srcs)
+    own = parts[srcs] == p
+    local_src[own] = local_id[srcs[own]]
+    h_sorted = np.argsort(halo, kind="stable")
+    local_src[~own] = n_inner + h_sorted[np.searchsorted(halo, srcs[~own], sorter=h_sorted)]
+    indptr = np.zeros(n_inner + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr, local_src, eids
+
+
 def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
     """Yield one PartPlan per part (a generator, so only one part's arrays live at a time)."""
     parts = np.asarray(parts, dtype=np.int64)
@@ -82,20 +120,8 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
     in_deg, out_deg, in_w = graph.in_degree(), graph.out_degree(), graph.weighted_in_degree()
     has_loop = np.zeros(graph.num_nodes, dtype=bool)
     has_loop[dst[src == dst]] = True
-    rel_deg = None
-    if graph.edge_type is not None:  # mean over each relation's in-edges needs the global count per relation
-        num_rel = int(graph.edge_type.max()) + 1 if graph.num_edges else 0
-        num_rel = max(num_rel, 1)
-        rel_deg = np.bincount(dst * num_rel + graph.edge_type, minlength=graph.num_nodes * num_rel)
-        rel_deg = rel_deg.reshape(graph.num_nodes, num_rel).astype(np.int64)
-
-    # halo[p]: remote sources of p's inner nodes, grouped by owner, in owner's local order
-    keys = np.unique(parts[dst[cross]] * graph.num_nodes + src[cross])
-    need_part, need_node = keys // graph.num_nodes, keys % graph.num_nodes
-    order = np.lexsort((local_id[need_node], parts[need_node], need_part))
-    need_part, need_node = need_part[order], need_node[order]
-    bounds = np.searchsorted(need_part, np.arange(num_parts + 1))
-    halo = [need_node[bounds[p]:bounds[p + 1]] for p in range(num_parts)]
+    rel_deg = relation_in_degrees(graph, dst)
+    halo = halo_lists(graph, parts, num_parts, local_id, src[cross], dst[cross])
 
     for p in range(num_parts):
         inner = np.flatnonzero(parts == p)
@@ -104,17 +130,7 @@ def build_parts(graph: Graph, parts: np.ndarray, num_parts: int):
         num_central = int(n_inner - marginal[inner].sum())
         h = halo[p]
         glob = np.concatenate([inner, h])
-
-        counts = np.diff(graph.indptr)[inner]
-        eids = concat_ranges(graph.indptr[inner], counts)
-        srcs = graph.indices[eids]
-        local_src = np.empty_like(srcs)
-        own = parts[srcs] == p
-        local_src[own] = local_id[srcs[own]]
-        h_sorted = np.argsort(h, kind="stable")
-        local_src[~own] = n_inner + h_sorted[np.searchsorted(h, srcs[~own], sorter=h_sorted)]
-        indptr = np.zeros(n_inner + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
+        indptr, local_src, eids = local_csr(graph, parts, p, local_id, inner, h)
 
         send_lists = [local_id[halo[r][parts[halo[r]] == p]] for r in range(num_parts)]
         recv_counts = np.bincount(parts[h], minlength=num_parts).astype(np.int64)

@@ -72,20 +72,8 @@ def build_snapshot_diffs(seq: Snapshots, parts: np.ndarray, plans: list[PartPlan
                 "halo": 0}
         for p, plan in enumerate(plans):
             sel = owner == p
-            s, d, ww = src[sel], dst[sel], w[sel]
-            n_local = plan.global_ids.shape[0]
-            own = parts[s] == p
-            cols = np.empty_like(s)
-            cols[own] = local_of[s[own]]
-            cols[~own] = plan.num_inner + halo_pos[p][np.searchsorted(halo_sorted[p], s[~own])]
-            rows = local_of[d]
-            key = rows * n_local + cols
-            order = np.argsort(key)
-            key, ww = key[order], ww[order]
-            recv = np.zeros(plan.num_halo, bool)
-            recv[cols[~own] - plan.num_inner] = True
-            marg = np.zeros(plan.num_inner, bool)
-            marg[rows[~own]] = True
+            key, ww, recv, marg = _local_snapshot(plan, parts, local_of, halo_sorted[p], halo_pos[p],
+                                                  src[sel], dst[sel], w[sel])
             st, o = state[p], out[p]
             a_k, a_w, d_k, r_k, r_w = edge_diff(st["key"], st["w"], key, ww)
             for name, arr in (("add_key", a_k), ("add_w", a_w), ("del_key", d_k), ("rew_key", r_k), ("rew_w", r_w)):
@@ -109,18 +97,38 @@ def build_snapshot_diffs(seq: Snapshots, parts: np.ndarray, plans: list[PartPlan
             state[q]["send"] = send
         churn.append(step)
 
-    stored = []
-    for o in out:
-        arrays = {}
-        for name, dtype in (("add_key", np.int64), ("add_w", np.float32), ("del_key", np.int64),
-                            ("rew_key", np.int64), ("rew_w", np.float32), ("recv_flip", np.int64),
-                            ("send_flip", np.int64), ("marg_flip", np.int64)):
-            arrays[name], arrays[name + "_off"] = _pack(o[name], dtype)
-        arrays["in_weight"] = np.stack(o["in_weight"])
-        arrays["in_degree"] = np.stack(o["in_degree"])
-        arrays["self_loop"] = np.stack(o["self_loop"])
-        stored.append(arrays)
-    return stored, churn
+    return [_stored_arrays(o) for o in out], churn
+
+
+def _local_snapshot(plan: PartPlan, parts: np.ndarray, local_of: np.ndarray, halo_sorted: np.ndarray,
+                    halo_pos: np.ndarray, s: np.ndarray, d: np.ndarray, w: np.ndarray):
+    """One snapshot's in-edges s -> d of a part in its union local ids: (sorted edge keys row * n_local + col,
+    their weights, which halo rows it receives, which inner rows are marginal)."""
+    p = plan.part
+    own = parts[s] == p
+    cols = np.empty_like(s)
+    cols[own] = local_of[s[own]]
+    cols[~own] = plan.num_inner + halo_pos[np.searchsorted(halo_sorted, s[~own])]
+    rows = local_of[d]
+    key = rows * plan.global_ids.shape[0] + cols
+    order = np.argsort(key)
+    recv = np.zeros(plan.num_halo, bool)
+    recv[cols[~own] - plan.num_inner] = True
+    marg = np.zeros(plan.num_inner, bool)
+    marg[rows[~own]] = True
+    return key[order], w[order], recv, marg
+
+
+def _stored_arrays(o: dict) -> dict:
+    """A part's per-snapshot lists packed into the arrays of part-K/snapshots.npz."""
+    arrays = {}
+    for name, dtype in (("add_key", np.int64), ("add_w", np.float32), ("del_key", np.int64),
+                        ("rew_key", np.int64), ("rew_w", np.float32), ("recv_flip", np.int64),
+                        ("send_flip", np.int64), ("marg_flip", np.int64)):
+        arrays[name], arrays[name + "_off"] = _pack(o[name], dtype)
+    for name in ("in_weight", "in_degree", "self_loop"):
+        arrays[name] = np.stack(o[name])
+    return arrays
 
 
 def write_snapshot_partition(out, seq: Snapshots, num_parts: int, method: str = "metis", seed: int = 0,

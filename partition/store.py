@@ -171,6 +171,34 @@ def verify_partition(path: str | Path) -> dict:
     return meta
 
 
+def read_node_map(path: str | Path, meta: dict, verify: bool = True) -> np.ndarray:
+    """node_map.npy (global id -> part), memory-mapped, after its checksum."""
+    path = Path(path)
+    if verify:
+        verify_files(path, meta, ["node_map.npy"])
+    try:
+        node_map = np.load(path / "node_map.npy", mmap_mode="r")
+    except (OSError, ValueError) as e:
+        raise PartitionFormatError(f"{path}/node_map.npy cannot be read: {e}") from None
+    if node_map.shape != (int(meta["num_nodes"]),):
+        raise PartitionFormatError(f"{path}/node_map.npy has {node_map.shape[0]} entries for {meta['num_nodes']} nodes")
+    return node_map
+
+
+def read_local_ids(path: str | Path, part: int, meta: dict, verify: bool = True) -> tuple[np.ndarray, int]:
+    """(global id of every local row, number of inner rows) of one part, after its checksum."""
+    path = Path(path)
+    if not 0 <= part < meta["num_parts"]:
+        raise DataError(f"part {part} does not exist ({meta['num_parts']} parts)")
+    if verify:
+        verify_files(path, meta, [f"part-{part}/nodes.npz"])
+    try:
+        with np.load(path / f"part-{part}" / "nodes.npz") as z:
+            return z["global_ids"], int(z["num_inner"])
+    except (OSError, KeyError, ValueError) as e:
+        raise PartitionFormatError(f"partition part {path / f'part-{part}'} cannot be read: {e}") from None
+
+
 def read_part(path: str | Path, part: int, meta: dict | None = None, verify: bool = True) -> PartPlan:
     """Load part K as numpy arrays (features memory-mapped)."""
     path = Path(path)

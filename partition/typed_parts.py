@@ -88,26 +88,29 @@ def relagg_plans(g: Graph, parts: np.ndarray, num_parts: int, num_relations: int
                               (uniq % num_relations) * n_inner[pp] + local_id[uniq // num_relations], uniq.shape[0])
             raw_total += needed.shape[0]
             relagg_total += int(keep[qq, pp].sum()) + uniq.shape[0]
-    out = []
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64), 0)
-    for k in range(num_parts):
-        mine = [blocks.get((k, pp), empty) for pp in range(num_parts)]
-        theirs = [blocks.get((qq, k), empty) for qq in range(num_parts)]
-        out.append({
-            "agg_rel": agg_rel,
-            "b_row": np.concatenate([b[0] for b in mine]).astype(np.int64),
-            "b_col": np.concatenate([b[1] for b in mine]).astype(np.int64),
-            "b_val": np.concatenate([b[2] for b in mine]).astype(np.float32),
-            "b_off": np.concatenate(([0], np.cumsum([b[0].shape[0] for b in mine]))).astype(np.int64),
-            "b_rows": np.array([b[4] for b in mine], np.int64),
-            "send_keep": np.concatenate([keep.get((k, pp), np.zeros(0, bool)) for pp in range(num_parts)]),
-            "pos": np.concatenate([b[3] for b in theirs]).astype(np.int64),
-            "pos_counts": np.array([b[4] for b in theirs], np.int64),
-            "halo_keep": np.concatenate([keep.get((qq, k), np.zeros(0, bool)) for qq in range(num_parts)]),
-        })
+    out = [_part_arrays(k, num_parts, agg_rel, blocks, keep) for k in range(num_parts)]
     summary = {"raw_rows": int(raw_total), "relagg_rows": int(relagg_total),
                "relations_aggregated": int(agg_rel.sum()), "pair_relations": int(num_parts * (num_parts - 1) * num_relations)}
     return out, summary
+
+
+def _part_arrays(k: int, num_parts: int, agg_rel: np.ndarray, blocks: dict, keep: dict) -> dict:
+    """Part k's relagg.npz: what it sends as owner (b_*, send_keep) and what it receives (pos*, halo_keep)."""
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64), 0)
+    mine = [blocks.get((k, pp), empty) for pp in range(num_parts)]
+    theirs = [blocks.get((qq, k), empty) for qq in range(num_parts)]
+    return {
+        "agg_rel": agg_rel,
+        "b_row": np.concatenate([b[0] for b in mine]).astype(np.int64),
+        "b_col": np.concatenate([b[1] for b in mine]).astype(np.int64),
+        "b_val": np.concatenate([b[2] for b in mine]).astype(np.float32),
+        "b_off": np.concatenate(([0], np.cumsum([b[0].shape[0] for b in mine]))).astype(np.int64),
+        "b_rows": np.array([b[4] for b in mine], np.int64),
+        "send_keep": np.concatenate([keep.get((k, pp), np.zeros(0, bool)) for pp in range(num_parts)]),
+        "pos": np.concatenate([b[3] for b in theirs]).astype(np.int64),
+        "pos_counts": np.array([b[4] for b in theirs], np.int64),
+        "halo_keep": np.concatenate([keep.get((qq, k), np.zeros(0, bool)) for qq in range(num_parts)]),
+    }
 
 
 def write_typed_partition(out, hg: TypedGraph, num_parts: int, method: str = "metis", seed: int = 0,

@@ -46,7 +46,7 @@ class NoExchange:
 
     def __init__(self, ex):
         self.ex = ex
-        from gnn_dist.runtime.exchange import Ready
+        from gnn_dist.runtime.transfers import Ready
 
         self.Ready = Ready
 

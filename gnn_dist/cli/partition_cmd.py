@@ -82,7 +82,7 @@ def estimate_peak_bytes(graph, method: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from gnn_dist.data import load_dataset
-    from partition import assign_parts, build_parts, format_stats, partition_stats, write_partition
+    from partition import build_parts, format_stats, partition_stats, write_partition
     from partition.store import check_out_dir
 
     out = Path(args.out)
@@ -108,40 +108,13 @@ def run(args: argparse.Namespace) -> int:
         return run_typed(args, graph, balance, t0)
     log(f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges} edges, {graph.num_features} features, "
         f"{graph.num_classes} classes ({time.perf_counter() - t0:.1f}s)")
-    links = None
-    if args.link_split:
-        from partition.link_split import split_links
-
-        try:
-            val, test = (float(v) for v in args.link_split.split(","))
-        except ValueError:
-            raise UsageError(f"--link-split wants VAL,TEST (e.g. 0.05,0.1), got '{args.link_split}'") from None
-        graph, links = split_links(graph, val, test, args.seed)
-        log(f"held out {links['val_src'].shape[0]} validation and {links['test_src'].shape[0]} test edge pairs")
+    graph, links = hold_out_links(args, graph)
     if args.parts < 1 or args.parts > graph.num_nodes:
         raise UsageError(f"--parts must be between 1 and the number of nodes ({graph.num_nodes}), got {args.parts}")
     log(f"estimated peak memory {estimate_peak_bytes(graph, args.method) / 2**30:.2f} GiB "
         f"(graph {graph_bytes(graph) / 2**30:.2f} GiB held once, plus the {args.method} working set)")
     t1 = time.perf_counter()
-    kwargs = dict(method_options(args), seed=args.seed)
-    if args.method in WEIGHTED:
-        kwargs.update(balance=balance)
-    elif balance:
-        raise UsageError("--balance applies to --method metis, mtkahypar and kahip")
-    if args.method in ("ldg", "fennel"):
-        if args.passes < 1:
-            raise UsageError(f"--passes must be >= 1, got {args.passes}")
-        kwargs.update(passes=args.passes, order=args.stream_order)
-    if args.assignment:
-        from partition.methods import read_assignment
-
-        log(f"reading the assignment {args.assignment}")
-        parts = read_assignment(args.assignment, graph.num_nodes, args.parts)
-    else:
-        log(f"assigning {args.parts} parts with {args.method}")
-        parts = assign_parts(graph, args.parts, args.method, **kwargs)
-    if args.refine:
-        parts = refine(graph, parts, args.parts)
+    parts, kwargs = assign(args, graph, balance)
     t_assign = time.perf_counter() - t1
     meta = {
         "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,
@@ -162,6 +135,47 @@ def run(args: argparse.Namespace) -> int:
     report_constraints(meta["constraints"], balance)
     log(f"wrote {out} (assign {t_assign:.1f}s, total {time.perf_counter() - t0:.1f}s)")
     return 0
+
+
+def hold_out_links(args: argparse.Namespace, graph):
+    """--link-split VAL,TEST: the graph without the held-out pairs, and the pairs (None without the flag)."""
+    if not args.link_split:
+        return graph, None
+    from partition.link_split import split_links
+
+    try:
+        val, test = (float(v) for v in args.link_split.split(","))
+    except ValueError:
+        raise UsageError(f"--link-split wants VAL,TEST (e.g. 0.05,0.1), got '{args.link_split}'") from None
+    graph, links = split_links(graph, val, test, args.seed)
+    log(f"held out {links['val_src'].shape[0]} validation and {links['test_src'].shape[0]} test edge pairs")
+    return graph, links
+
+
+def assign(args: argparse.Namespace, graph, balance: tuple):
+    """node -> part by --method (or read from --assignment), refined if asked; with the method's options."""
+    from partition import assign_parts
+
+    kwargs = dict(method_options(args), seed=args.seed)
+    if args.method in WEIGHTED:
+        kwargs.update(balance=balance)
+    elif balance:
+        raise UsageError("--balance applies to --method metis, mtkahypar and kahip")
+    if args.method in ("ldg", "fennel"):
+        if args.passes < 1:
+            raise UsageError(f"--passes must be >= 1, got {args.passes}")
+        kwargs.update(passes=args.passes, order=args.stream_order)
+    if args.assignment:
+        from partition.methods import read_assignment
+
+        log(f"reading the assignment {args.assignment}")
+        parts = read_assignment(args.assignment, graph.num_nodes, args.parts)
+    else:
+        log(f"assigning {args.parts} parts with {args.method}")
+        parts = assign_parts(graph, args.parts, args.method, **kwargs)
+    if args.refine:
+        parts = refine(graph, parts, args.parts)
+    return parts, kwargs
 
 
 def refine(graph, parts, num_parts: int):

@@ -34,9 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.model_file).is_file():
         raise UsageError(f"model file {args.model_file} does not exist")
 
-    import numpy as np
     import torch
-    import torch.distributed as dist
 
     from gnn_dist.cli.train import build_user_or_builtin, check_model, load_graph
     from gnn_dist.nn import registry
@@ -66,23 +64,31 @@ def run(args: argparse.Namespace) -> int:
         out = out.softmax(dim=1)
     elif args.output == "labels":
         out = out.argmax(dim=1)
-    rows = (graph.global_ids[: graph.num_inner], out.cpu().numpy())
-    gathered = [None] * ctx.world_size if ctx.is_main else None
-    if ctx.world_size > 1:
-        dist.gather_object(rows, gathered, dst=0)
-    else:
-        gathered = [rows]
-    if ctx.is_main:
-        first = gathered[0][1]
-        result = np.zeros((meta["num_nodes"],) + first.shape[1:], dtype=first.dtype)
-        for gids, values in gathered:
-            result[gids] = values
-        target = Path(args.out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.npy")
-        np.save(tmp, result)
-        os.replace(tmp, target)
-        print(f"wrote {target}: {args.output}, shape {tuple(result.shape)}, global id order")
-        sys.stdout.flush()
+    write_in_global_order(ctx, graph.global_ids[: graph.num_inner], out.cpu().numpy(), meta["num_nodes"],
+                          Path(args.out), args.output)
     ctx.close()
     return 0
+
+
+def write_in_global_order(ctx, gids, values, num_nodes: int, target: Path, what: str) -> None:
+    """Rank 0 gathers every rank's rows and writes them by global id, atomically (temporary file, rename)."""
+    import numpy as np
+    import torch.distributed as dist
+
+    gathered = [None] * ctx.world_size if ctx.is_main else None
+    if ctx.world_size > 1:
+        dist.gather_object((gids, values), gathered, dst=0)
+    else:
+        gathered = [(gids, values)]
+    if not ctx.is_main:
+        return
+    first = gathered[0][1]
+    result = np.zeros((num_nodes,) + first.shape[1:], dtype=first.dtype)
+    for ids, rows in gathered:
+        result[ids] = rows
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.npy")
+    np.save(tmp, result)
+    os.replace(tmp, target)
+    print(f"wrote {target}: {what}, shape {tuple(result.shape)}, global id order")
+    sys.stdout.flush()

@@ -40,6 +40,30 @@ def add_parser(sub) -> None:
                    help="end with the weights of the best validation epoch (also written to CHECKPOINT_DIR/best.pt)")
     p.add_argument("--seed", type=int, default=0, help="model and dropout seed (rank 0's value is used everywhere)")
     p.add_argument("--normalize-features", action="store_true", help="row-normalise input features")
+    add_exchange_flags(p)
+    p.add_argument("--no-input-cache", action="store_true",
+                   help="send the input features' halo every epoch instead of once (input dropout is keyed by "
+                        "node id either way, so results are identical; for measuring)")
+    p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
+    add_loop_flags(p)
+    p.add_argument("--window", type=int, default=8,
+                   help="dynamic models: snapshots per truncated-backpropagation window (default 8)")
+    p.add_argument("--plans", default="incremental", choices=["incremental", "rebuild"],
+                   help="dynamic graphs: apply stored per-snapshot differences, or rebuild each snapshot's plan "
+                        "and agree it with the peers (default incremental)")
+    p.add_argument("--no-plan-cache", action="store_true",
+                   help="dynamic graphs: re-derive snapshot plans every pass instead of keeping them all in memory")
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
+    p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
+    p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--debug", action="store_true", help="an error in model code prints its whole traceback")
+    p.set_defaults(run=run)
+
+
+def add_exchange_flags(p) -> None:
+    """How halo rows travel in training: codecs, adaptive bit-widths, staleness, skipping."""
     p.add_argument("--codec", default="fp32", choices=["fp32", "fp16", "bf16", "int8", "int4", "int2", "adaptive"],
                    help="wire format of halo messages and gradients in training (default fp32: exact); "
                         "adaptive picks 2/4/8 bits per layer, peer and direction")
@@ -54,17 +78,10 @@ def add_parser(sub) -> None:
     p.add_argument("--skip-threshold", type=float, default=0.0,
                    help="resend a halo row only when its relative change exceeds this (default 0: always)")
     p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
-    p.add_argument("--window", type=int, default=8,
-                   help="dynamic models: snapshots per truncated-backpropagation window (default 8)")
-    p.add_argument("--plans", default="incremental", choices=["incremental", "rebuild"],
-                   help="dynamic graphs: apply stored per-snapshot differences, or rebuild each snapshot's plan "
-                        "and agree it with the peers (default incremental)")
-    p.add_argument("--no-plan-cache", action="store_true",
-                   help="dynamic graphs: re-derive snapshot plans every pass instead of keeping them all in memory")
-    p.add_argument("--no-input-cache", action="store_true",
-                   help="send the input features' halo every epoch instead of once (input dropout is keyed by "
-                        "node id either way, so results are identical; for measuring)")
-    p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
+
+
+def add_loop_flags(p) -> None:
+    """What the training loop does each epoch besides training: evaluate, log, checkpoint, save."""
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (0: only at the end)")
     p.add_argument("--log", default=None, help="append per-epoch metrics as JSON lines to this file (rank 0)")
     p.add_argument("--checkpoint-dir", default=None, help="where checkpoint.pt is written (rank 0, atomically)")
@@ -74,13 +91,6 @@ def add_parser(sub) -> None:
     p.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write TensorBoard scalars here (rank 0; needs the tensorboard package)")
     p.add_argument("--save-model", default=None, help="write the trained state_dict here (rank 0)")
-    p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
-    p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
-    p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--debug", action="store_true", help="an error in model code prints its whole traceback")
-    p.set_defaults(run=run)
 
 
 def exchange_config(a: argparse.Namespace):

@@ -7,7 +7,9 @@ import torch
 
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
-from gnn_dist.runtime.launch import DistContext, LaunchError
+from gnn_dist.runtime.launch import DistContext
+from partition.book import PartitionBook
+from partition.errors import LaunchError
 from partition.store import read_meta, read_part
 
 
@@ -17,9 +19,13 @@ def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, ver
     if meta["num_parts"] != ctx.world_size:
         raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts")
     plan = read_part(path, ctx.rank, meta, verify=verify)
+    book = PartitionBook(path, meta, verify)
+    book.adopt(ctx.rank, plan.global_ids, plan.num_inner)  # one id map: the book holds this part's rows
     if sum(p["halo"] for p in meta["parts"]) > 0:  # every rank decides alike: all join the collective or none
         halo = HaloExchange(torch.from_numpy(plan.send_idx).to(ctx.device), plan.send_counts.tolist(),
                             plan.recv_counts.tolist(), ctx.halo_group, exchange, ctx.rank)
     else:
         halo = None
-    return LocalGraph.from_plan(plan, meta["num_classes"], meta["num_parts"], halo, ctx.device, overlap)
+    graph = LocalGraph.from_plan(plan, meta["num_classes"], meta["num_parts"], halo, ctx.device, overlap)
+    graph.book = book
+    return graph

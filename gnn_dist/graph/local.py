@@ -15,6 +15,7 @@ import scipy.sparse as sp
 import torch
 
 from gnn_dist.runtime.exchange import HaloExchange
+from partition.book import PartitionBook
 from partition.build import PartPlan, build_parts
 from partition.graph import Graph
 
@@ -93,6 +94,7 @@ class LocalGraph:
     self_loop: np.ndarray | None = None  # bool, every local row: has a self loop in the global graph
     types: object = None  # gnn_dist.graph.typed.Types for a heterogeneous part
     edge_attr: np.ndarray | None = None  # float32 [E_local, D] edge features, CSR order
+    book: PartitionBook | None = None  # the partition's id mappings (global_ids above is its row list for this part)
     _ops: dict = field(default_factory=dict, repr=False)
     _edges: dict = field(default_factory=dict, repr=False)
 

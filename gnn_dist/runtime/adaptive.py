@@ -47,52 +47,58 @@ def solve_bits(groups: dict, links: dict, budget_bits: int) -> dict:
     live = {g: v for g, v in groups.items() if v[1]}
     if not live:
         return {}
-    alpha = {g: links.get((g[1], g[2]), (1.0, 0.0))[0] for g in live}
-    beta = {g: links.get((g[1], g[2]), (1.0, 0.0))[1] for g in live}
-    alpha_in: dict = {}
-    for g in live:
-        alpha_in[g[2]] = min(alpha_in.get(g[2], float("inf")), alpha[g])
-
-    def cost(g, bits: int) -> tuple[float, float]:
-        """(egress seconds at the sender, ingress seconds at the receiver) of group g at `bits`."""
-        b = codec.wire_bytes(live[g][1], live[g][2], f"int{bits}")
-        return alpha[g] * b + beta[g], alpha_in[g[2]] * b + beta[g]
-
-    def loads(bits_of) -> tuple[dict, dict]:
-        out, inn = {}, {}
-        for g in live:
-            e, i = cost(g, bits_of(g))
-            out[g[1]], inn[g[2]] = out.get(g[1], 0.0) + e, inn.get(g[2], 0.0) + i
-        return out, inn
-
-    budget_out, budget_in = loads(lambda g: budget_bits)
+    net = _Interfaces(live, links)
+    budget_out, budget_in = net.loads(lambda g: budget_bits)
     slack = 1 + 1e-9
     bits = {g: codec.INT_BITS[-1] for g in live}
-    out, inn = loads(bits.__getitem__)
-
-    def step(g) -> tuple | None:
-        b = bits[g]
-        if b == codec.INT_BITS[0]:
-            return None
-        r, rows, width = live[g]
-        d_var = variance(r, width, b) - variance(r, width, 2 * b)
-        d_bytes = codec.wire_bytes(rows, width, f"int{2 * b}") - codec.wire_bytes(rows, width, f"int{b}")
-        return (-d_var / (max(d_bytes, 1) * alpha[g]), g)
-
-    heap = [s for s in map(step, sorted(live)) if s is not None]
+    out, inn = net.loads(bits.__getitem__)
+    heap = [s for s in (net.upgrade(g, bits[g]) for g in sorted(live)) if s is not None]
     heapq.heapify(heap)
     while heap:
         _, g = heapq.heappop(heap)
-        (e0, i0), (e1, i1) = cost(g, bits[g]), cost(g, 2 * bits[g])
+        (e0, i0), (e1, i1) = net.cost(g, bits[g]), net.cost(g, 2 * bits[g])
         if out[g[1]] - e0 + e1 > budget_out[g[1]] * slack or inn[g[2]] - i0 + i1 > budget_in[g[2]] * slack:
             continue
         out[g[1]] += e1 - e0
         inn[g[2]] += i1 - i0
         bits[g] *= 2
-        nxt = step(g)
+        nxt = net.upgrade(g, bits[g])
         if nxt is not None:
             heapq.heappush(heap, nxt)
     return bits
+
+
+class _Interfaces:
+    """The link model solve_bits budgets with: each group's seconds at its sender's egress and receiver's ingress."""
+
+    def __init__(self, live: dict, links: dict):
+        self.live = live
+        self.alpha = {g: links.get((g[1], g[2]), (1.0, 0.0))[0] for g in live}
+        self.beta = {g: links.get((g[1], g[2]), (1.0, 0.0))[1] for g in live}
+        self.alpha_in: dict = {}
+        for g in live:
+            self.alpha_in[g[2]] = min(self.alpha_in.get(g[2], float("inf")), self.alpha[g])
+
+    def cost(self, g, bits: int) -> tuple[float, float]:
+        """(egress seconds at the sender, ingress seconds at the receiver) of group g at `bits`."""
+        b = codec.wire_bytes(self.live[g][1], self.live[g][2], f"int{bits}")
+        return self.alpha[g] * b + self.beta[g], self.alpha_in[g[2]] * b + self.beta[g]
+
+    def loads(self, bits_of) -> tuple[dict, dict]:
+        out, inn = {}, {}
+        for g in self.live:
+            e, i = self.cost(g, bits_of(g))
+            out[g[1]], inn[g[2]] = out.get(g[1], 0.0) + e, inn.get(g[2], 0.0) + i
+        return out, inn
+
+    def upgrade(self, g, b: int) -> tuple | None:
+        """Heap entry for doubling g's bits from b: (minus variance removed per second of link time, g)."""
+        if b == codec.INT_BITS[0]:
+            return None
+        r, rows, width = self.live[g]
+        d_var = variance(r, width, b) - variance(r, width, 2 * b)
+        d_bytes = codec.wire_bytes(rows, width, f"int{2 * b}") - codec.wire_bytes(rows, width, f"int{b}")
+        return (-d_var / (max(d_bytes, 1) * self.alpha[g]), g)
 
 
 class AdaptivePolicy:

@@ -27,14 +27,14 @@ read, so no step forces a host sync.
 from __future__ import annotations
 
 import collections
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from gnn_dist.runtime import codec
 from gnn_dist.runtime.adaptive import AdaptivePolicy
+from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready
 from partition.errors import UsageError
 
 STATIC = "fwd.input"  # metrics channel of the one-off fetch of the input features' halo
@@ -67,88 +67,6 @@ class ExchangeConfig:
         if self.budget_bits not in codec.INT_BITS:
             raise UsageError(f"budget_bits must be one of {codec.INT_BITS}")
         return self
-
-
-@dataclass
-class ChannelStats:
-    """Per channel, accumulated over one epoch and reset when logged."""
-
-    bytes_per_peer: list = field(default_factory=list)
-    rows_per_peer: list = field(default_factory=list)
-    wait_s: float = 0.0
-    calls: int = 0
-    qvar: float | torch.Tensor = 0.0  # expected quantisation variance summed over elements sent (a device tensor)
-    elements: int = 0
-
-    def add(self, nbytes: list[int], rows: list[int]) -> None:
-        if not self.bytes_per_peer:
-            self.bytes_per_peer, self.rows_per_peer = [0] * len(nbytes), [0] * len(rows)
-        for i, (b, r) in enumerate(zip(nbytes, rows)):
-            self.bytes_per_peer[i] += b
-            self.rows_per_peer[i] += r
-        self.calls += 1
-
-    def reset(self) -> dict:
-        out = {"bytes": self.bytes_per_peer, "rows": self.rows_per_peer, "wait_s": round(self.wait_s, 6),
-               "calls": self.calls, "qvar": float(self.qvar) / max(self.elements, 1)}
-        self.__init__()
-        return out
-
-
-class Pending:
-    """An exchange in flight; `wait()` returns the received rows, decoded (once; later calls reuse them).
-
-    With a CUDA `stream`, waiting and decoding are queued on that stream and the
-    caller's stream then waits for it; the host does not block (`wait_s` then
-    counts host time only, near zero). `add_into` sums the received rows into
-    a target instead, decoding straight into it where the codec allows.
-    """
-
-    def __init__(self, work, finish, stats: ChannelStats, stream=None, accumulate=None):
-        self.work, self.finish, self.stats, self.result, self.stream = work, finish, stats, None, stream
-        self.accumulate = accumulate
-
-    def wait(self) -> torch.Tensor:
-        if self.result is None:
-            if self.stream is None:
-                self._transfer()
-                self.result = self.finish()
-            else:
-                caller = torch.cuda.current_stream(self.stream.device)
-                with torch.cuda.stream(self.stream):
-                    self._transfer()
-                    result = self.finish()
-                caller.wait_stream(self.stream)
-                result.record_stream(caller)  # allocated on the side stream, used on the caller's
-                self.result = result
-        return self.result
-
-    def add_into(self, target: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """target[index] += received rows (rows repeat across peers only, so the sum is in peer order)."""
-        if self.result is None and self.stream is None and self.accumulate is not None:
-            self._transfer()
-            return self.accumulate(target, index)
-        return target.index_add_(0, index, self.wait().to(target.dtype))
-
-    def _transfer(self) -> None:
-        if self.work is not None:
-            t = time.perf_counter()
-            self.work.wait()
-            self.work = None
-            self.stats.wait_s += time.perf_counter() - t
-
-
-class Ready:
-    """A block already at hand (stale or cached), with the same interface as Pending."""
-
-    def __init__(self, value: torch.Tensor):
-        self.result = value
-
-    def wait(self) -> torch.Tensor:
-        return self.result
-
-    def add_into(self, target: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        return target.index_add_(0, index, self.result.to(target.dtype))
 
 
 class HaloExchange:

@@ -48,7 +48,7 @@ class LinkTask:
         f = Path(partition) / "link_edges.npz"
         if not f.is_file():
             raise UsageError(f"{partition} has no held-out edges: partition it with --link-split VAL,TEST")
-        self.book = PartitionBook(partition)
+        self.book = graph.book if graph.book is not None else PartitionBook(partition)
         with np.load(f) as z:
             self.held = {k: z[k] for k in z.files}
         rows = np.repeat(np.arange(graph.num_inner), np.diff(graph.indptr))
