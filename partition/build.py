@@ -1,4 +1,4 @@
-"""Turn a node -> part assignment into per-part local graphs and halo plans (DESIGN sec. 2).
+"""Turn a node -> part assignment into per-part local graphs and halo plans (docs/design.md §2).
 
 Local order of one part: [inner central | inner marginal | halo by owner].
 Halo rows from owner q are sorted by q's local id, which is exactly the order
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partition.graph import Graph
+from partition.graph import Graph, concat_ranges
 
 
 @dataclass
@@ -63,15 +63,6 @@ def local_order(graph: Graph, parts: np.ndarray, num_parts: int) -> tuple[np.nda
     local_id = np.empty(graph.num_nodes, dtype=np.int64)
     local_id[order] = np.arange(graph.num_nodes, dtype=np.int64) - starts[parts[order]]
     return local_id, marginal, cross
-
-
-def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenate arange(s, s + c) for every (s, c) without a Python loop."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-    return np.arange(total, dtype=np.int64) + offsets
 
 
 def relation_in_degrees(graph: Graph, dst: np.ndarray) -> np.ndarray | None:

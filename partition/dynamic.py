@@ -1,4 +1,4 @@
-"""A dynamic graph: a sequence of snapshots over one node set (DESIGN sec. 8).
+"""A dynamic graph: a sequence of snapshots over one node set (docs/design.md §8).
 
 Node ids are shared by every snapshot, so a node's recurrent state has one
 home for the whole sequence. Edges (and their weights) may change from one

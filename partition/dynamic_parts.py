@@ -1,4 +1,4 @@
-"""Per-part snapshot plans stored as differences from the previous snapshot (DESIGN sec. 8).
+"""Per-part snapshot plans stored as differences from the previous snapshot (docs/design.md §8).
 
 Everything is expressed in the *union* local ids of each part (the order
 `build_parts` gives the union graph), which never change over time: inner
@@ -20,18 +20,7 @@ import numpy as np
 from partition.build import PartPlan, build_parts
 from partition.dynamic import Snapshots
 from partition.methods import WEIGHTED, assign_parts
-from partition.store import SNAPSHOT_FILE, SNAPSHOT_VERSION, write_partition
-
-
-def _pack(chunks: list[np.ndarray], dtype) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
-    np.cumsum([c.shape[0] for c in chunks], out=offsets[1:])
-    data = np.concatenate(chunks).astype(dtype) if chunks else np.zeros(0, dtype)
-    return data, offsets
-
-
-def unpack(data: np.ndarray, offsets: np.ndarray, t: int) -> np.ndarray:
-    return data[offsets[t]:offsets[t + 1]]
+from partition.store import SNAPSHOT_FILE, SNAPSHOT_VERSION, pack_ragged, write_partition
 
 
 def edge_diff(prev_key: np.ndarray, prev_w: np.ndarray, key: np.ndarray, w: np.ndarray):
@@ -125,7 +114,7 @@ def _stored_arrays(o: dict) -> dict:
     for name, dtype in (("add_key", np.int64), ("add_w", np.float32), ("del_key", np.int64),
                         ("rew_key", np.int64), ("rew_w", np.float32), ("recv_flip", np.int64),
                         ("send_flip", np.int64), ("marg_flip", np.int64)):
-        arrays[name], arrays[name + "_off"] = _pack(o[name], dtype)
+        arrays[name], arrays[name + "_off"] = pack_ragged(o[name], dtype)
     for name in ("in_weight", "in_degree", "self_loop"):
         arrays[name] = np.stack(o[name])
     return arrays

@@ -163,3 +163,12 @@ def _check_ids(ids: np.ndarray, num_nodes: int, what: str) -> None:
         raise DataError(f"{what} id {lo} is negative")
     if hi >= num_nodes:
         raise DataError(f"{what} id {hi} is out of range for {num_nodes} nodes")
+
+
+def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenate arange(s, s + c) for every (s, c) without a Python loop."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return np.arange(total, dtype=np.int64) + offsets

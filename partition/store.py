@@ -1,4 +1,4 @@
-"""The on-disk partition directory (DESIGN sec. 3): atomic, checksummed, memory-mappable.
+"""The on-disk partition directory (docs/design.md §3): atomic, checksummed, memory-mappable.
 
 A partition is written into a staging folder beside OUT and renamed into place
 only when complete, so an interrupted run never leaves a half-written OUT and
@@ -286,6 +286,19 @@ def read_relagg(path: str | Path, part: int) -> dict:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise PartitionFormatError(f"relation-aggregation plans {f} cannot be read: {e}") from None
+
+
+def pack_ragged(chunks: list[np.ndarray], dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A list of 1-D arrays as (data, offsets): how per-snapshot lists are stored in snapshots.npz."""
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+    np.cumsum([c.shape[0] for c in chunks], out=offsets[1:])
+    data = np.concatenate(chunks).astype(dtype) if chunks else np.zeros(0, dtype)
+    return data, offsets
+
+
+def ragged_item(data: np.ndarray, offsets: np.ndarray, t: int) -> np.ndarray:
+    """Item t of a list stored by `pack_ragged`."""
+    return data[offsets[t]:offsets[t + 1]]
 
 
 def read_snapshots(path: str | Path, part: int, meta: dict) -> dict:

@@ -1,4 +1,4 @@
-"""A partition directory must hold exactly the graph it came from, in the DESIGN local order."""
+"""A partition directory must hold exactly the graph it came from, in the local order of docs/design.md §2."""
 from __future__ import annotations
 
 import numpy as np

@@ -16,7 +16,7 @@ from partition.typed import TypedGraph
 
 def add_parser(sub) -> None:
     p = sub.add_parser("partition", help="split a graph into parts with halo plans",
-                       description="Split a graph into K parts and write a partition directory (DESIGN sec. 3).")
+                       description="Split a graph into K parts and write a partition directory (docs/design.md §3).")
     p.add_argument("--dataset", required=True,
                    help="cora | karate | nx:GENERATOR | file:GRAPH.npz | sbm:key=value,... | powerlaw:key=value,... "
                         "| dynamic: chickenpox | england_covid | json:SERIES.json | dsbm:key=value,... "

@@ -1,6 +1,6 @@
 """One rank's view of a dynamic graph: a LocalGraph per snapshot, derived from the stored differences.
 
-Two ways to get snapshot t's plan (DESIGN sec. 8):
+Two ways to get snapshot t's plan (docs/design.md §8):
 - `incremental`: apply the stored differences of t to the plan of t-1 (edges,
   halo rows, send rows, marginal rows); no communication, and a snapshot that
   differs from the previous in nothing reuses its graph and operators outright.
@@ -26,10 +26,9 @@ import torch.distributed as dist
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
 from gnn_dist.runtime.launch import DistContext
-from partition.build import concat_ranges
-from partition.dynamic_parts import unpack
 from partition.errors import LaunchError, PartitionFormatError
-from partition.store import read_meta, read_part, read_snapshots
+from partition.graph import concat_ranges
+from partition.store import ragged_item, read_meta, read_part, read_snapshots
 
 MODES = ("incremental", "rebuild")
 
@@ -93,7 +92,7 @@ class SnapshotSequence:
         for t in range(len(self._cached), self.num_snapshots):
             t0 = time.perf_counter()
             d = self.diffs
-            part = lambda name: unpack(d[name], d[name + "_off"], t)
+            part = lambda name: ragged_item(d[name], d[name + "_off"], t)
             unchanged = (self.mode == "incremental" and t > 0 and not any(part(n).size for n in ("add_key", "del_key", "rew_key"))
                          and np.array_equal(d["in_weight"][t], d["in_weight"][t - 1])
                          and np.array_equal(d["self_loop"][t], d["self_loop"][t - 1]))

@@ -1,4 +1,4 @@
-"""LocalGraph: one part as torch tensors, or a whole graph in one process (DESIGN sec. 2).
+"""LocalGraph: one part as torch tensors, or a whole graph in one process (docs/design.md §2).
 
 Layers see only this object. A single-process graph is a LocalGraph with no
 halo and no exchange, so a layer runs unchanged on both. Sparse operators

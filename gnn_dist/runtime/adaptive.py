@@ -1,4 +1,4 @@
-"""Adaptive bit-widths (AdaQP-style, DESIGN sec. 5), solved identically on every rank.
+"""Adaptive bit-widths (AdaQP-style, docs/design.md §5), solved identically on every rank.
 
 Each (channel, sender, receiver) group g has a quantisation variance
 var_g(b) = R_g * width / (6 (2^b - 1)^2), R_g = sum over its rows of (max - min)^2

@@ -1,4 +1,4 @@
-"""Message codecs (DESIGN sec. 5): fp32, fp16, bf16 and stochastic intB (B = 8, 4, 2).
+"""Message codecs (docs/design.md §5): fp32, fp16, bf16 and stochastic intB (B = 8, 4, 2).
 
 intB keeps per row `lo = min` and `scale = (max - min) / (2^B - 1)` in fp32
 (fp16 would underflow on gradients) and rounds stochastically,

@@ -1,4 +1,4 @@
-"""Halo exchange (DESIGN sec. 4-6): one all_to_all per layer and direction, optionally cheap.
+"""Halo exchange (docs/design.md §4-6): one all_to_all per layer and direction, optionally cheap.
 
 Forward sends `x[send_idx]` to the parts that hold those rows as halo; the
 receive buffer *is* the halo block because the partitioner ordered halo rows

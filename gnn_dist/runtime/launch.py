@@ -1,4 +1,4 @@
-"""From an MPI (or torchrun) launch to a ready torch.distributed context (DESIGN sec. 9).
+"""From an MPI (or torchrun) launch to a ready torch.distributed context (docs/design.md §9).
 
 MPI is used only to learn rank and size and to agree on a rendezvous; tensors
 travel over torch.distributed (gloo on CPU, NCCL on GPU). Halo traffic gets
