@@ -77,9 +77,12 @@ def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
     ("--epochs", "0", "--epochs must be >= 1"),
     ("--hidden", "0", "--hidden must be >= 1"),
     ("--layers", "two", "invalid int value: 'two'"),
+    ("--window", "4", "--window applies to dynamic graphs"),  # a flag this kind of graph does not use: refused
+    ("--relagg", None, "--relagg applies to --model rgcn"),
+    ("--num-bases", "3", "--num-bases applies to typed graphs"),
 ])
 def test_bad_hyper_parameters(karate2, flag, value, needle):
-    _one_line(run_cli("train", "--partition", str(karate2), flag, value), needle)
+    _one_line(run_cli("train", "--partition", str(karate2), flag, *([value] if value else [])), needle)
 
 
 def test_trains_and_saves_a_model_that_loads_single_process(karate2, tmp_path):

@@ -58,6 +58,8 @@ def test_train_gcrn_on_two_ranks_reports_mse_and_baseline(covid2):
     (["--model", "gcn"], "holds a dynamic graph (snapshots); --model gcn does not apply"),
     (["--model", "gcrn", "--layers", "2"], "gcrn has one recurrent layer"),
     (["--staleness", "1"], "adaptive, staleness and skipping apply to static graphs"),
+    (["--early-stop", "3"], "--early-stop and --keep-best need a validation metric"),
+    (["--normalize-features"], "--normalize-features applies to static graphs"),
 ])
 def test_bad_training_arguments(covid2, args, needle):
     # a 2-part partition started as one process fails on the argument before the rank count
@@ -94,3 +96,22 @@ def test_bad_snapshot_files(tmp_path, data, needle):
 def test_missing_snapshot_file(tmp_path):
     _one_line(run_cli("partition", "--dataset", f"json:{tmp_path}/none.json", "--parts", "2", "--out",
                       str(tmp_path / "o")), "does not exist")
+
+
+def test_dynamic_training_honours_schedules_and_checkpoints(tmp_path):
+    """The one training loop: a dynamic run steps its learning-rate schedule and writes and resumes checkpoints."""
+    part = cli_partition(tmp_path, "dsbm:nodes=120,communities=3,snapshots=6,avg_degree=5,features=4,seed=1", 1)
+    log, ck = tmp_path / "log.jsonl", tmp_path / "ck"
+    base = ["train", "--partition", str(part), "--model", "evolvegcn", "--window", "2", "--quiet",
+            "--lr-schedule", "step", "--lr-step", "1", "--lr-gamma", "0.5", "--log", str(log),
+            "--checkpoint-dir", str(ck), "--checkpoint-every", "2"]
+    r = run_cli(*base, "--epochs", "4")
+    assert r.returncode == 0, r.stderr[-2000:]
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [rec["lr"] for rec in records] == [0.01 * 0.5 ** (e + 1) for e in range(4)]
+    assert (ck / "checkpoint.pt").is_file()
+    r = run_cli(*base, "--epochs", "6", "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [rec["epoch"] for rec in records] == [0, 1, 2, 3, 4, 5]  # resumed after epoch 3
+

@@ -51,3 +51,23 @@ def test_link_task_needs_held_out_edges(tmp_path):
     part = cli_partition(tmp_path, "karate", 1)
     r = run_cli("train", "--partition", str(part), "--task", "link", "--epochs", "1")
     assert r.returncode == 2 and "partition it with --link-split" in r.stderr, r.stderr
+
+
+def test_link_task_honours_checkpoints_schedules_and_early_stop(tmp_path):
+    """The one training loop: --task link keeps the flags node classification keeps, on validation AUC."""
+    import json
+
+    out = tmp_path / "lp"
+    r = run_cli("partition", "--dataset", "sbm:nodes=600,classes=4,avg_degree=6,homophily=0.9,features=8,seed=2",
+                "--parts", "1", "--out", str(out), "--link-split", "0.1,0.1")
+    assert r.returncode == 0, r.stderr
+    log, ck = tmp_path / "log.jsonl", tmp_path / "ck"
+    r = run_cli("train", "--partition", str(out), "--task", "link", "--epochs", "200", "--hidden", "16", "--quiet",
+                "--lr-schedule", "cosine", "--early-stop", "3", "--log", str(log), "--checkpoint-dir", str(ck),
+                "--checkpoint-every", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(records) < 200 and "early stop at epoch" in r.stderr and "weights of best epoch" in r.stdout
+    assert records[1]["lr"] < records[0]["lr"] < 0.01 and all("val_auc" in rec for rec in records)
+    assert (ck / "checkpoint.pt").is_file() and (ck / "best.pt").is_file()
+
