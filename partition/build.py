@@ -36,8 +36,8 @@ class PartPlan:
     send_counts: np.ndarray  # int64 [P]
     recv_counts: np.ndarray  # int64 [P]
     self_loop: np.ndarray | None = None  # bool [n_local]: node has a self loop (GCN keeps it, as PyG does)
-    edge_type: np.ndarray | None = None  # int64 [E_local]: relation of each local edge (heterogeneous)
-    node_type: np.ndarray | None = None  # int64 [n_local]: type of each local row (heterogeneous)
+    edge_type: np.ndarray | None = None  # int64 [E_local]: relation of each local edge (typed)
+    node_type: np.ndarray | None = None  # int64 [n_local]: type of each local row (typed)
     rel_in_degree: np.ndarray | None = None  # int64 [n_local, R]: global in-degree per relation
     edge_attr: np.ndarray | None = None  # float32 [E_local, D]: edge features
 

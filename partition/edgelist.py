@@ -3,11 +3,19 @@
 Two passes over the chunks: the first counts in-degrees, the second drops
 each chunk's edges into their rows. Only the CSR and one chunk are in memory
 at any time, so a graph whose edge list does not fit twice can still be
-partitioned. Lines starting with '#' and a non-numeric header are skipped.
+partitioned. Text chunks may be gzip or bzip2 compressed (`.gz`, `.bz2`).
+Lines starting with '#' or '%' and a non-numeric header are skipped; every
+data line must have the same number of columns (the first two are the
+edge), so a METIS graph file, whose lines list whole neighbourhoods, is
+refused with a pointer to `metis:` rather than misread. `reverse=True` adds
+every edge's reverse and merges duplicates, for lists that store one
+direction (OGB's).
 """
 from __future__ import annotations
 
+import bz2
 import glob
+import gzip
 from pathlib import Path
 from typing import Iterator
 
@@ -17,14 +25,52 @@ from partition.errors import DataError
 from partition.graph import Graph
 
 SUFFIXES = (".csv", ".tsv", ".txt", ".npy", ".npz", ".edges")
+COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
+SAMPLE_LINES = 200  # lines checked for a consistent column count
+
+
+def base_suffix(f: Path) -> str:
+    """'.csv' for x.csv, x.csv.gz and x.csv.bz2."""
+    return Path(f.stem).suffix if f.suffix in COMPRESSED else f.suffix
+
+
+def open_text(f: Path):
+    return COMPRESSED.get(f.suffix, open)(f, "rt")
 
 
 def chunk_files(spec: str) -> list[Path]:
     p = Path(spec)
-    files = sorted(f for f in p.iterdir() if f.suffix in SUFFIXES) if p.is_dir() else [Path(f) for f in sorted(glob.glob(spec))]
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if base_suffix(f) in SUFFIXES)
+    else:
+        files = [Path(f) for f in sorted(glob.glob(spec))]
     if not files:
-        raise DataError(f"edge list '{spec}': no files found (a file, a glob, or a folder of {', '.join(SUFFIXES)})")
+        raise DataError(f"edge list '{spec}': no files found (a file, a glob, or a folder of {', '.join(SUFFIXES)}, "
+                        f"optionally .gz or .bz2)")
     return files
+
+
+def _text_layout(f: Path) -> tuple[str | None, int]:
+    """(delimiter, header lines to skip); refuses files whose lines are not one edge each."""
+    if base_suffix(f) in (".graph", ".metis", ".chaco"):
+        raise DataError(f"edge list chunk {f} looks like a METIS graph file: read it with metis:{f}")
+    with open_text(f) as fh:
+        lines = []
+        for ln in fh:
+            if ln.strip() and not ln.startswith(("#", "%")):
+                lines.append(ln)
+                if len(lines) == SAMPLE_LINES:
+                    break
+    if not lines:
+        return None, 0
+    delim = "," if "," in lines[0] else None
+    header = int(not lines[0].strip().split(delim)[0].strip().lstrip("-").isdigit())
+    widths = [len(ln.strip().split(delim)) for ln in lines[header:]]
+    if widths and (min(widths) < 2 or max(widths) != min(widths)):
+        k = next(i for i, w in enumerate(widths) if w != widths[0] or w < 2)
+        raise DataError(f"edge list chunk {f}: data lines have {widths[0]} and {widths[k]} columns; edges: reads one "
+                        f"'src dst' pair per line (a METIS graph file? read it with metis:{f})")
+    return delim, header
 
 
 def read_chunk(f: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -35,30 +81,32 @@ def read_chunk(f: Path) -> tuple[np.ndarray, np.ndarray]:
         if f.suffix == ".npz":
             with np.load(f) as z:
                 return z["src"].astype(np.int64), z["dst"].astype(np.int64)
-        with open(f) as fh:
-            first = next((ln for ln in fh if ln.strip() and not ln.startswith("#")), "")
-        delim = "," if "," in first else None
-        header = int(not first.strip().split(delim)[0].strip().lstrip("-").isdigit())
-        a = np.loadtxt(f, delimiter=delim, comments="#", dtype=np.int64, usecols=(0, 1), skiprows=header, ndmin=2)
+        delim, header = _text_layout(f)
+        a = np.loadtxt(f, delimiter=delim, comments=("#", "%"), dtype=np.int64, usecols=(0, 1), skiprows=header,
+                       ndmin=2)
         return a[:, 0], a[:, 1]
-    except (OSError, ValueError, KeyError, IndexError) as e:
+    except DataError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, IndexError) as e:
         raise DataError(f"edge list chunk {f} cannot be read: {str(e).splitlines()[0]}") from None
 
 
-def read_chunks(files: list[Path]) -> Iterator[tuple[Path, np.ndarray, np.ndarray]]:
-    """Each chunk in turn, checked for negative ids."""
+def read_chunks(files: list[Path], reverse: bool = False) -> Iterator[tuple[Path, np.ndarray, np.ndarray]]:
+    """Each chunk in turn (with its reversed edges appended if asked), checked for negative ids."""
     for f in files:
         src, dst = read_chunk(f)
         if src.size and min(src.min(), dst.min()) < 0:
             raise DataError(f"edge list chunk {f}: negative node id {int(min(src.min(), dst.min()))}")
+        if reverse:
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
         yield f, src, dst
 
 
-def load_edge_list(spec: str, num_nodes: int | None = None) -> Graph:
+def load_edge_list(spec: str, num_nodes: int | None = None, reverse: bool = False) -> Graph:
     files = chunk_files(spec)
     n = num_nodes or 0
     deg = np.zeros(n, np.int64)
-    for f, src, dst in read_chunks(files):  # pass 1: in-degree of every node
+    for f, src, dst in read_chunks(files, reverse):  # pass 1: in-degree of every node
         top = int(max(src.max(), dst.max())) + 1 if src.size else 0
         if num_nodes and top > num_nodes:
             raise DataError(f"edge list chunk {f}: node id {top - 1} is out of range for {num_nodes} nodes")
@@ -70,13 +118,27 @@ def load_edge_list(spec: str, num_nodes: int | None = None) -> Graph:
     np.cumsum(deg, out=indptr[1:])
     indices = np.empty(int(indptr[-1]), np.int64)
     fill = indptr[:-1].copy()
-    for _, src, dst in read_chunks(files):  # pass 2: place each edge in its row
+    for _, src, dst in read_chunks(files, reverse):  # pass 2: place each edge in its row
         order = np.argsort(dst, kind="stable")
         d, s = dst[order], src[order]
         starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
         rank = np.arange(d.shape[0]) - np.repeat(starts, np.diff(np.r_[starts, d.shape[0]]))
         indices[fill[d] + rank] = s
         fill[d[starts]] += np.diff(np.r_[starts, d.shape[0]])
+    if reverse:  # an edge stored both ways in the file now appears twice in each direction: keep one
+        indptr, indices = coalesce_rows(indptr, indices)
     none = np.zeros(n, bool)
     return Graph(indptr, indices, np.zeros((n, 0), np.float32), np.full(n, -1, np.int64), none, none, none,
                  name=Path(spec).stem or "edges")
+
+
+def coalesce_rows(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR rows sorted, duplicate entries dropped."""
+    n = indptr.shape[0] - 1
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    order = np.lexsort((indices, rows))
+    rows, cols = rows[order], indices[order]
+    keep = np.r_[True, (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])]
+    out = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=n), out=out[1:])
+    return out, cols[keep]

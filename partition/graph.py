@@ -28,8 +28,8 @@ class Graph:
     edge_weight: np.ndarray | None = None  # float32 [E] or None (all ones)
     name: str = "graph"
     num_classes: int = field(default=0)
-    edge_type: np.ndarray | None = None  # int64 [E]: relation of each edge (heterogeneous graphs)
-    node_type: np.ndarray | None = None  # int64 [N]: type of each node (heterogeneous graphs)
+    edge_type: np.ndarray | None = None  # int64 [E]: relation of each edge (typed graphs)
+    node_type: np.ndarray | None = None  # int64 [N]: type of each node (typed graphs)
     edge_attr: np.ndarray | None = None  # float32 [E, D]: edge features, CSR order
 
     def __post_init__(self) -> None:

@@ -266,7 +266,7 @@ def read_typed_features(path: str | Path, part: int, meta: dict) -> list[np.ndar
     """Inner rows of each node type (in type order) of a format-2 partition, checked against partition.json."""
     f = Path(path) / f"part-{part}" / TYPED_FEATURES_FILE
     if meta.get("format_version") != TYPED_VERSION:
-        raise PartitionFormatError(f"{path} does not hold a heterogeneous graph (format {meta.get('format_version')})")
+        raise PartitionFormatError(f"{path} does not hold a typed graph (format {meta.get('format_version')})")
     try:
         with np.load(f) as z:
             xs = [z[f"x_{t}"] for t in range(len(meta["node_types"]))]

@@ -1,4 +1,4 @@
-"""Heterogeneous graphs: typed nodes with their own feature widths, canonical edge types (docs/design.md §7).
+"""Typed graphs: typed nodes with their own feature widths, canonical edge types (docs/design.md §7).
 
 Types are kept in explicit ordered lists, never in dict order: a type's id is
 its position in `node_types` / `edge_types`, and that order is written to

@@ -1,4 +1,4 @@
-"""Partition a heterogeneous graph: METIS on the type-erased graph, one balance constraint per node type.
+"""Partition a typed graph: METIS on the type-erased graph, one balance constraint per node type.
 
 Every part gets a fair share of each node type (checked by
 `type_balance`). Local order, halo plans and the one all-to-all per layer are

@@ -72,4 +72,5 @@ def test_the_stats_table_prints_every_balance():
     text = format_stats(summary, rows)
     assert "balance (max / mean): nodes 1.090 | edges 1.330 | rows sent 1.250 (max 5) | rows received (halo) " \
            "1.250 (max 5)" in text
-    assert "% of directed edges" in text
+    assert "edge cut 8 directed edges (10.00% of all)" in text
+    assert "edge cut 4 undirected edges (10.00% of all)" in format_stats(dict(summary, undirected=True), rows)

@@ -94,5 +94,5 @@ def test_typed_model_on_static_partition_and_relagg_rules(hsbm2, tmp_path):
 
     part = cli_partition(tmp_path, "karate", 1)
     _one_line(run_cli("train", "--partition", str(part), "--model", "rgcn"), "holds a static graph")
-    _one_line(run_cli("train", "--partition", str(hsbm2), "--model", "gcn"), "holds a heterogeneous graph")
+    _one_line(run_cli("train", "--partition", str(hsbm2), "--model", "gcn"), "holds a typed graph")
     _one_line(run_cli("train", "--partition", str(hsbm2), "--model", "hsage", "--relagg"), "--relagg applies to --model rgcn")

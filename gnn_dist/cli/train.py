@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
     p.add_argument("--partition", required=True, help="partition directory from `gnn-dist partition`")
     p.add_argument("--model", default="gcn", metavar="NAME",
                    help="static: gcn | sage | gat | gin; dynamic (a partition of snapshots): evolvegcn | gcrn; "
-                        "typed (a heterogeneous partition): rgcn | hsage (GraphSAGE per relation, HeteroConv); "
+                        "typed (node and edge types): rgcn | hsage (GraphSAGE per relation, HeteroConv); "
                         "or your own, MODULE:FUNCTION or FILE.py:FUNCTION, where FUNCTION(num_features, "
                         "num_classes, config) returns a model of gnn-dist layers (see examples/custom_layer.py)")
     p.add_argument("--num-bases", type=int, default=2, help="rgcn: basis matrices shared by the relations (0: none)")

@@ -21,11 +21,11 @@ DEFAULT_LAGS = {"static": 4, "dynamic": 8}
 
 def _read_json(path: Path) -> dict:
     if not path.is_file():
-        raise DataError(f"temporal data file {path} does not exist")
+        raise DataError(f"dynamic graph file {path} does not exist")
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"temporal data file {path} is not valid JSON: {e}") from None
+        raise DataError(f"dynamic graph file {path} is not valid JSON: {e}") from None
 
 
 def _lagged(series: np.ndarray, lags: int, name: str) -> tuple[list, list]:
@@ -69,8 +69,8 @@ def from_json(path: str | Path, lags: int | None = None, name: str | None = None
             weights = [em["edge_weight"][str(t)] for t in range(len(x))]
             return Snapshots.from_lists(edges, weights, x, y, series.shape[1], name=name)
     except KeyError as e:
-        raise DataError(f"temporal data file {path} lacks the key {e}") from None
-    raise DataError(f"temporal data file {path}: expected keys 'edges' and 'FX', or 'edge_mapping' and 'y'")
+        raise DataError(f"dynamic graph file {path} lacks the key {e}") from None
+    raise DataError(f"dynamic graph file {path}: expected keys 'edges' and 'FX', or 'edge_mapping' and 'y'")
 
 
 def load_named(name: str, data_dir: str | None = None) -> Snapshots:

@@ -5,6 +5,7 @@ import shutil
 
 import numpy as np
 
+from gnn_dist.data.options import seeded_split
 from gnn_dist.data.paths import cache_dir, find_data
 from partition.errors import DataError
 from partition.graph import Graph
@@ -43,16 +44,6 @@ def load_cora(data_dir: str | None = None) -> Graph:
     return graph_from_pyg(ds[0], "cora", ds.num_classes)
 
 
-def _split_masks(n: int, seed: int, train: float = 0.6, val: float = 0.2) -> tuple[np.ndarray, ...]:
-    perm = np.random.default_rng(seed).permutation(n)
-    n_tr, n_va = int(round(train * n)), int(round(val * n))
-    masks = [np.zeros(n, bool) for _ in range(3)]
-    masks[0][perm[:n_tr]] = True
-    masks[1][perm[n_tr:n_tr + n_va]] = True
-    masks[2][perm[n_tr + n_va:]] = True
-    return tuple(masks)
-
-
 def load_karate(seed: int = 0) -> Graph:
     """Zachary's karate club as PyG ships it (34 nodes, 4 classes); PyG's 4 train nodes, the rest split val/test."""
     from torch_geometric.datasets import KarateClub
@@ -87,38 +78,7 @@ def load_networkx(name: str, seed: int = 0) -> Graph:
     src = np.concatenate([edges[:, 0], edges[:, 1]])
     dst = np.concatenate([edges[:, 1], edges[:, 0]])
     x = np.eye(n, dtype=np.float32)
-    return Graph.from_edges(src, dst, n, x, y, *_split_masks(n, seed), name=f"nx:{name}", num_classes=len(comms))
-
-
-def load_npz(path: str) -> Graph:
-    """A graph saved as .npz: edge_index (2, E) or src/dst, x, y; optional masks, edge_weight, edge_attr (E, D)."""
-    from pathlib import Path
-
-    f = Path(path)
-    if not f.is_file():
-        raise DataError(f"graph file {f} does not exist")
-    try:
-        z = np.load(f)
-    except (OSError, ValueError) as e:
-        raise DataError(f"graph file {f} cannot be read: {e}") from None
-    if "edge_index" in z.files:
-        src, dst = z["edge_index"]
-    elif "src" in z.files and "dst" in z.files:
-        src, dst = z["src"], z["dst"]
-    else:
-        raise DataError(f"graph file {f} has neither 'edge_index' nor 'src'/'dst'")
-    for key in ("x", "y"):
-        if key not in z.files:
-            raise DataError(f"graph file {f} lacks '{key}'")
-    x, y = z["x"], z["y"]
-    n = int(z["num_nodes"]) if "num_nodes" in z.files else x.shape[0]
-    if "train_mask" in z.files:
-        masks = tuple(z[m] if m in z.files else np.zeros(n, bool) for m in ("train_mask", "val_mask", "test_mask"))
-    else:
-        masks = _split_masks(n, 0)
-    w = z["edge_weight"] if "edge_weight" in z.files else None
-    ea = z["edge_attr"] if "edge_attr" in z.files else None
-    return Graph.from_edges(src, dst, n, x, y, *masks, edge_weight=w, edge_attr=ea, name=f.stem)
+    return Graph.from_edges(src, dst, n, x, y, *seeded_split(y, "0.6,0.2", seed), name=f"nx:{name}", num_classes=len(comms))
 
 
 def graph_from_dgl(g, name: str = "dgl") -> Graph:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from gnn_dist.data import dynamic, real, synthetic, typed
-from partition import edgelist
+from gnn_dist.data import dynamic, npz, real, synthetic, typed
+from gnn_dist.data.options import flag, number, split_spec
+from partition import edgelist, metis_file
 from partition.dynamic import Snapshots
 from partition.errors import DataError, UsageError
 from partition.graph import Graph
@@ -13,16 +14,17 @@ from partition.typed import TypedGraph
 
 GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw, "rmat": synthetic.rmat}
 DYNAMIC = ("chickenpox", "england_covid")
-DATASETS = ("cora", "karate", "nx:<generator>", "file:<path.npz>", *(f"{g}:key=value,..." for g in GENERATORS),
-            *DYNAMIC, "json:<path.json>", "dsbm:key=value,...", "hsbm:key=value,...", "hfile:<path.npz>",
-            "edges:<file, glob or folder of chunks>")
+DATASETS = ("cora", "karate", "nx:<generator>", "file:<path.npz>[?options]", *(f"{g}:key=value,..." for g in GENERATORS),
+            *DYNAMIC, "json:<path.json>", "dsbm:key=value,...", "hsbm:key=value,...", "hfile:<path.npz>[?options]",
+            "edges:<file, glob or folder of chunks>[?reverse=true&nodes=N]", "metis:<path.graph[.gz|.bz2]>")
+PATH_FORMS = ("nx", "file", "json", "hfile", "edges", "metis")  # the rest after ':' is a path (with ?options)
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     """'sbm:nodes=10,seed=1' -> ('sbm', {'nodes': '10', 'seed': '1'})."""
     name, _, rest = spec.partition(":")
     params: dict[str, str] = {}
-    if rest and name not in ("nx", "file", "json", "hfile", "edges"):
+    if rest and name not in PATH_FORMS:
         for item in rest.split(","):
             key, eq, value = item.partition("=")
             if not eq or not key.strip() or not value.strip():
@@ -56,14 +58,18 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
     name, params = parse_spec(spec)
     if name == "hsbm":
         return typed.hsbm(**_typed_params(typed.hsbm, params, spec))
+    rest = spec.partition(":")[2]
     if name == "hfile":
-        return typed.from_npz(spec.partition(":")[2])
+        return typed.from_npz(rest, seed, spec)
     if name == "edges":
-        return edgelist.load_edge_list(spec.partition(":")[2])
+        path, options = split_spec(rest, spec, ("reverse", "nodes"))
+        return edgelist.load_edge_list(path, number(options, "nodes", spec), flag(options, "reverse", spec))
+    if name == "metis":
+        return metis_file.load_metis(split_spec(rest, spec, ())[0])
     if name in DYNAMIC and not params:
         return dynamic.load_named(name, data_dir)
     if name == "json":
-        return dynamic.from_json(spec.partition(":")[2])
+        return dynamic.from_json(split_spec(rest, spec, ())[0])
     if name == "dsbm":
         return dynamic.drifting_sbm(**_typed_params(dynamic.drifting_sbm, params, spec))
     if name == "cora" and not params:
@@ -76,7 +82,7 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
             raise DataError("data set spec 'nx:' needs a networkx generator name, e.g. nx:les_miserables_graph")
         return real.load_networkx(gen, seed)
     if name == "file":
-        return real.load_npz(spec.partition(":")[2])
+        return npz.load_npz(rest, seed, spec)
     if name in GENERATORS:
         fn = GENERATORS[name]
         return fn(**_typed_params(fn, params, spec))

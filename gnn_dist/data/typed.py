@@ -1,4 +1,4 @@
-"""Heterogeneous graphs: a seeded typed SBM, PyG `HeteroData`, and `.npz` files.
+"""Typed graphs: a seeded typed SBM, PyG `HeteroData`, and `.npz` files.
 
 The typed SBM is academic-graph-like: papers (the target type, one class
 each), authors and venues (each with a field), joined by `writes`/`cites`/
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gnn_dist.data.options import note, number, seeded_split, split_spec
 from partition.errors import DataError, UsageError
 from partition.typed import TypedGraph, edge_type_str, parse_edge_type
 
@@ -66,25 +67,40 @@ def hsbm(papers: int = 3000, authors: int = 2000, venues: int = 40, classes: int
                        name=f"hsbm-{papers}", num_classes=classes)
 
 
-def from_pyg(data, target: str, name: str = "hetero") -> TypedGraph:
-    """A PyG `HeteroData`; the `target` node type must hold `y` (masks optional)."""
+def target_masks(masks: list, y: np.ndarray, what: str, split: str | None = None, seed: int = 0,
+                 val: int = 30) -> list[np.ndarray]:
+    """The target type's masks as stored, or, where none are stored or `split` asks, a seeded split and a note:
+    never every node in train, val and test at once."""
+    if split is None and any(m is not None for m in masks):
+        return [np.zeros(y.shape[0], bool) if m is None else np.asarray(m, bool) for m in masks]
+    if split is None:
+        note(f"{what} stores no train/val/test masks for its target type: drew a seeded 60/20/20 split (seed "
+             f"{seed}); choose one with ?split=20 (per class) or ?split=0.6,0.2")
+    return list(seeded_split(np.asarray(y), split or "0.6,0.2", seed, val))
+
+
+def from_pyg(data, target: str, name: str = "typed", seed: int = 0) -> TypedGraph:
+    """A PyG `HeteroData`; the `target` node type must hold `y` (masks optional: else a seeded split)."""
     node_types = list(data.node_types)
     if target not in node_types:
         raise UsageError(f"unknown node type '{target}' (node types: {', '.join(node_types)})")
     x = {t: data[t].x.numpy() for t in node_types}
     edge_types = [tuple(e) for e in data.edge_types]
     edges = {edge_type_str(e): tuple(a.numpy() for a in data[e].edge_index) for e in edge_types}
-    n = int(data[target].num_nodes)
     masks = [getattr(data[target], m, None) for m in ("train_mask", "val_mask", "test_mask")]
-    masks = [np.ones(n, bool) if m is None else m.numpy() for m in masks]
+    y = data[target].y.numpy()
+    masks = target_masks([None if m is None else m.numpy() for m in masks], y, f"HeteroData '{name}'", seed=seed)
     return TypedGraph(node_types, {t: int(data[t].num_nodes) for t in node_types}, x, edge_types, edges, target,
-                       data[target].y.numpy(), *masks, name=name)
+                       y, *masks, name=name)
 
 
-def from_npz(path: str | Path, target: str | None = None) -> TypedGraph:
-    """Keys: `node_types`, `edge_types` (src:rel:dst strings), `x:<type>`, `edge_index:<src:rel:dst>` (2, E),
-    `target`, `y`, optional `train_mask`/`val_mask`/`test_mask`."""
-    path = Path(path)
+def from_npz(rest: str, seed: int = 0, spec: str | None = None) -> TypedGraph:
+    """`hfile:PATH[?split=..&seed=..&val=..&target=..]`. Keys: `node_types`, `edge_types` (src:rel:dst strings),
+    `x:<type>`, `edge_index:<src:rel:dst>` (2, E), `target`, `y`, optional `train_mask`/`val_mask`/`test_mask`
+    (without them: a seeded split, and a note)."""
+    spec = spec or f"hfile:{rest}"
+    path, options = split_spec(rest, spec, ("split", "seed", "val", "target"))
+    path, target = Path(path), options.get("target")
     if not path.is_file():
         raise DataError(f"graph file {path} does not exist")
     try:
@@ -105,8 +121,9 @@ def from_npz(path: str | Path, target: str | None = None) -> TypedGraph:
                  if f"edge_index:{edge_type_str(e)}" in z.files}
         if target not in node_types:
             raise UsageError(f"unknown node type '{target}' (node types: {', '.join(node_types)})")
-        n = x[target].shape[0]
-        masks = [z[m] if m in z.files else np.ones(n, bool) for m in ("train_mask", "val_mask", "test_mask")]
+        masks = target_masks([z[m] if m in z.files else None for m in ("train_mask", "val_mask", "test_mask")],
+                             z["y"], str(path.name), options.get("split"), number(options, "seed", spec, int, seed),
+                             number(options, "val", spec, int, 30))
         counts = {t: int(x[t].shape[0]) for t in node_types}
         if "num_nodes" in z.files:
             counts = dict(zip(node_types, (int(c) for c in z["num_nodes"])))

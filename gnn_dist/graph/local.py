@@ -92,7 +92,7 @@ class LocalGraph:
     part: int = 0
     num_parts: int = 1
     self_loop: np.ndarray | None = None  # bool, every local row: has a self loop in the global graph
-    types: object = None  # gnn_dist.graph.typed.Types for a heterogeneous part
+    types: object = None  # gnn_dist.graph.typed.Types for a typed part
     edge_attr: np.ndarray | None = None  # float32 [E_local, D] edge features, CSR order
     book: PartitionBook | None = None  # the partition's id mappings (global_ids above is its row list for this part)
     _ops: dict = field(default_factory=dict, repr=False)

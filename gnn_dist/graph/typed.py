@@ -1,6 +1,6 @@
 """Typed parts at run time: per-type features, relation views and the stacked relation operator.
 
-A heterogeneous part is an ordinary (type-erased) LocalGraph plus `Types`:
+A typed part is an ordinary (type-erased) LocalGraph plus `Types`:
 which node type each local row has, which relation each local edge has, and
 each type's features at its own width. Halo rows of every type travel in one
 buffer with one all-to-all, as for a homogeneous graph.
@@ -89,7 +89,7 @@ def load_typed_partition(path: str | Path, ctx: DistContext, overlap: bool = Tru
     """This rank's typed part; `relagg` prepares relation-aggregation-first exchange for R-GCN."""
     meta = read_meta(path)
     if "node_types" not in meta or meta.get("format_version") != 2:
-        raise PartitionFormatError(f"{path} does not hold a heterogeneous graph (no node types)")
+        raise PartitionFormatError(f"{path} does not hold a typed graph (no node types)")
     graph = load_partition(path, ctx, overlap, verify, exchange)
     plan = read_part(path, ctx.rank, meta, verify=False)
     graph = attach_types(graph, plan, meta, read_typed_features(path, ctx.rank, meta))
