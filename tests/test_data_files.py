@@ -157,3 +157,15 @@ def test_loaders_never_touch_the_network(tmp_path, monkeypatch):
     for spec in ("cora", "karate", f"file:{BENCH}?split=20", f"metis:{tmp_path / 'g.graph'}", "chickenpox",
                  "england_covid", "hsbm:papers=200,authors=100,venues=4", "sbm:nodes=100,classes=2"):
         assert load_dataset(spec) is not None
+
+
+def test_every_form_is_listed_and_documented():
+    from gnn_dist.data.registry import CATALOGUE
+
+    r = run_cli("datasets")
+    assert r.returncode == 0, r.stderr
+    docs = (ROOT / "docs" / "datasets.md").read_text()
+    for form, kind, _needs, _what in CATALOGUE:
+        assert form in r.stdout
+        prefix = form.split("<")[0].split("[")[0].split("key=")[0]
+        assert f"`{prefix}" in docs, f"docs/datasets.md does not describe {form}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli_partition, run_cli
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
@@ -90,9 +90,31 @@ def test_feature_width_mismatch_in_a_partition(hsbm2, tmp_path):
 
 
 def test_typed_model_on_static_partition_and_relagg_rules(hsbm2, tmp_path):
-    from tests.conftest import cli_partition
-
     part = cli_partition(tmp_path, "karate", 1)
     _one_line(run_cli("train", "--partition", str(part), "--model", "rgcn"), "holds a static graph")
     _one_line(run_cli("train", "--partition", str(hsbm2), "--model", "gcn"), "holds a typed graph")
     _one_line(run_cli("train", "--partition", str(hsbm2), "--model", "hsage", "--relagg"), "--relagg applies to --model rgcn")
+
+
+def test_predict_writes_the_target_type_unless_asked_for_all(hsbm2, tmp_path):
+    model = tmp_path / "m.pt"
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(hsbm2),
+                        "--model", "rgcn", "--epochs", "3", "--quiet", "--save-model", str(model)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    outs = {}
+    for extra in ([], ["--all-types"]):
+        out = tmp_path / f"p{len(extra)}.npy"
+        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "predict", "--partition", str(hsbm2),
+                            "--model-file", str(model), "--out", str(out), *extra],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs[len(extra)] = np.load(out)
+    meta = json.loads((hsbm2 / "partition.json").read_text())
+    t = meta["node_types"].index(meta["target_type"])
+    start = sum(meta["node_counts"][:t])
+    assert outs[0].shape == (500, 3) and outs[1].shape[0] == sum(meta["node_counts"])  # 500 papers of 806 nodes
+    assert np.array_equal(outs[0], outs[1][start: start + 500])
+    part = cli_partition(tmp_path, "karate", 1)
+    _one_line(run_cli("predict", "--partition", str(part), "--model-file", str(model), "--out", str(tmp_path / "x.npy"),
+                      "--all-types"), "--all-types applies to typed graphs")

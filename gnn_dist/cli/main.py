@@ -18,11 +18,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gnn_dist.cli import assign, info, partition_cmd, predict, train
+    from gnn_dist.cli import assign, datasets_cmd, info, partition_cmd, predict, train
 
     parser = _Parser(prog="gnn-dist", description="Distributed full-graph GNN training with cheap halo exchange.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in (partition_cmd, assign, train, predict, info):
+    for module in (partition_cmd, assign, train, predict, info, datasets_cmd):
         module.add_parser(sub)
     return parser
 

@@ -20,6 +20,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="output .npy (written atomically)")
     p.add_argument("--output", default="logits", choices=OUTPUTS,
                    help="logits (default), probs (softmax), labels (argmax) or embeddings (input of the last layer)")
+    p.add_argument("--all-types", action="store_true",
+                   help="typed graphs: write every node type's rows (type-erased global ids: types in partition.json "
+                        "order, each type's ids after the previous types'); default: the target type's rows only")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"])
     p.add_argument("--timeout", type=float, default=120.0)
     p.set_defaults(run=run)
@@ -31,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     meta = read_meta(args.partition)
     if "num_snapshots" in meta:
         raise UsageError(f"{args.partition} holds snapshots; predict covers static and typed graphs")
+    if args.all_types and meta.get("format_version") != 2:
+        raise UsageError(f"--all-types applies to typed graphs; {args.partition} holds a static graph")
     if not Path(args.model_file).is_file():
         raise UsageError(f"model file {args.model_file} does not exist")
 
@@ -64,8 +69,13 @@ def run(args: argparse.Namespace) -> int:
         out = out.softmax(dim=1)
     elif args.output == "labels":
         out = out.argmax(dim=1)
-    write_in_global_order(ctx, graph.global_ids[: graph.num_inner], out.cpu().numpy(), meta["num_nodes"],
-                          Path(args.out), args.output)
+    gids, rows, num_nodes, what = graph.global_ids[: graph.num_inner], out.cpu().numpy(), meta["num_nodes"], args.output
+    if graph.types is not None and not args.all_types:  # the target type's rows, in that type's own ids
+        t = meta["node_types"].index(meta["target_type"])
+        mine = graph.types.node_type[: graph.num_inner] == t
+        gids, rows = gids[mine] - sum(meta["node_counts"][:t]), rows[mine]
+        num_nodes, what = meta["node_counts"][t], f"{args.output} of node type '{meta['target_type']}'"
+    write_in_global_order(ctx, gids, rows, num_nodes, Path(args.out), what)
     ctx.close()
     return 0
 

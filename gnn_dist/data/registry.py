@@ -14,9 +14,29 @@ from partition.typed import TypedGraph
 
 GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw, "rmat": synthetic.rmat}
 DYNAMIC = ("chickenpox", "england_covid")
-DATASETS = ("cora", "karate", "nx:<generator>", "file:<path.npz>[?options]", *(f"{g}:key=value,..." for g in GENERATORS),
-            *DYNAMIC, "json:<path.json>", "dsbm:key=value,...", "hsbm:key=value,...", "hfile:<path.npz>[?options]",
-            "edges:<file, glob or folder of chunks>[?reverse=true&nodes=N]", "metis:<path.graph[.gz|.bz2]>")
+# Every form a --dataset may take: (form, kind of graph, what it needs on disk, what it is). `gnn-dist datasets`
+# prints this; docs/datasets.md describes each form (a test keeps the two in step).
+CATALOGUE = (
+    ("cora", "static", "shipped (datasets/cora)", "Cora, Planetoid split 140/500/1000, read by PyG's Planetoid"),
+    ("karate", "static", "nothing (PyG ships it)", "Zachary's karate club, 4 classes"),
+    ("nx:<generator>", "static", "nothing (networkx)", "a networkx classic graph; labels: modularity communities"),
+    ("file:<path.npz>[?lcc=..&split=..&val=..&seed=..&binary=..]", "static", "the .npz file",
+     "your graph: the project's npz layout, or the gnn-benchmark layout (PyG's Amazon, Coauthor, CitationFull)"),
+    ("edges:<file|glob|folder>[?reverse=..&nodes=..]", "static", "edge list chunks (.csv/.tsv/.txt/.npy/.npz, .gz/.bz2)",
+     "an edge list, no features or labels: for partitioning"),
+    ("metis:<path.graph[.gz|.bz2]>", "static", "the METIS/Chaco file", "a METIS graph, weights optional"),
+    ("sbm:key=value,...", "static", "nothing (seeded)", "stochastic block model with class-correlated features"),
+    ("powerlaw:key=value,...", "static", "nothing (seeded)", "Chung-Lu power-law graph"),
+    ("rmat:key=value,...", "static", "nothing (seeded)", "R-MAT graph, 2^scale nodes, skewed degrees"),
+    ("hfile:<path.npz>[?split=..&val=..&seed=..&target=..]", "typed", "the .npz file",
+     "your typed graph: x:<type>, edge_index:<src:rel:dst>, target, y"),
+    ("hsbm:key=value,...", "typed", "nothing (seeded)", "typed SBM: papers (target), authors, venues"),
+    ("chickenpox", "dynamic", "shipped (datasets/temporal)", "Hungarian counties, 517 weekly snapshots, regression"),
+    ("england_covid", "dynamic", "shipped (datasets/temporal)", "English regions, daily mobility, regression"),
+    ("json:<path.json>", "dynamic", "the PyG-Temporal JSON file", "your dynamic graph in a PyG-Temporal JSON layout"),
+    ("dsbm:key=value,...", "dynamic", "nothing (seeded)", "drifting SBM: nodes change community each step"),
+)
+DATASETS = tuple(form for form, *_ in CATALOGUE)
 PATH_FORMS = ("nx", "file", "json", "hfile", "edges", "metis")  # the rest after ':' is a path (with ?options)
 
 
