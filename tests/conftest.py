@@ -58,3 +58,17 @@ def cli_partition(folder: Path, dataset: str, parts: int) -> Path:
     r = run_cli("partition", "--dataset", dataset, "--parts", str(parts), "--out", str(out))
     assert r.returncode == 0, r.stderr
     return out
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to reach another host fails the test: loaders must read local files only."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a loader tried to reach the network: {args[1:] or kwargs}")
+
+    for name in ("connect", "connect_ex", "sendto"):
+        monkeypatch.setattr(socket.socket, name, refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)

@@ -145,14 +145,7 @@ def test_typed_npz_without_masks_never_leaks_the_test_set(tmp_path):
     assert r.returncode == 0 and "stores no train/val/test masks for its target type" in r.stderr, r.stderr
 
 
-def test_loaders_never_touch_the_network(tmp_path, monkeypatch):
-    import socket
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a loader opened a socket")
-
-    monkeypatch.setattr(socket, "socket", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+def test_loaders_never_touch_the_network(tmp_path, no_network):
     (tmp_path / "g.graph").write_text(METIS)
     for spec in ("cora", "karate", f"file:{BENCH}?split=20", f"metis:{tmp_path / 'g.graph'}", "chickenpox",
                  "england_covid", "hsbm:papers=200,authors=100,venues=4", "sbm:nodes=100,classes=2"):

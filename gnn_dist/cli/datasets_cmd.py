@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.data.registry import CATALOGUE
 
     width = max(len(form) for form, *_ in CATALOGUE)
-    print(f"{'form':<{width}}  {'kind':<7}  needs on disk / what")
+    print(f"{'form':<{width}}  {'kind':<15}  needs on disk / what")
     for form, kind, needs, what in CATALOGUE:
-        print(f"{form:<{width}}  {kind:<7}  {needs}: {what}")
+        print(f"{form:<{width}}  {kind:<15}  {needs}: {what}")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from gnn_dist.data import dynamic, npz, real, synthetic, typed
+from gnn_dist.data import dynamic, npz, pyg, real, synthetic, typed
 from gnn_dist.data.options import flag, number, split_spec
 from partition import edgelist, metis_file
 from partition.dynamic import Snapshots
@@ -25,6 +25,8 @@ CATALOGUE = (
     ("edges:<file|glob|folder>[?reverse=..&nodes=..]", "static", "edge list chunks (.csv/.tsv/.txt/.npy/.npz, .gz/.bz2)",
      "an edge list, no features or labels: for partitioning"),
     ("metis:<path.graph[.gz|.bz2]>", "static", "the METIS/Chaco file", "a METIS graph, weights optional"),
+    ("pyg:<DatasetClass>[:<name>][?target=..&split=..&seed=..]", "static or typed",
+     "the data set's raw files under --data-dir, in PyG's layout", "any torch_geometric data set, never downloaded"),
     ("sbm:key=value,...", "static", "nothing (seeded)", "stochastic block model with class-correlated features"),
     ("powerlaw:key=value,...", "static", "nothing (seeded)", "Chung-Lu power-law graph"),
     ("rmat:key=value,...", "static", "nothing (seeded)", "R-MAT graph, 2^scale nodes, skewed degrees"),
@@ -37,7 +39,7 @@ CATALOGUE = (
     ("dsbm:key=value,...", "dynamic", "nothing (seeded)", "drifting SBM: nodes change community each step"),
 )
 DATASETS = tuple(form for form, *_ in CATALOGUE)
-PATH_FORMS = ("nx", "file", "json", "hfile", "edges", "metis")  # the rest after ':' is a path (with ?options)
+PATH_FORMS = ("nx", "file", "json", "hfile", "edges", "metis", "pyg")  # the rest after ':' is a path (with ?options)
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -84,6 +86,8 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
     if name == "edges":
         path, options = split_spec(rest, spec, ("reverse", "nodes"))
         return edgelist.load_edge_list(path, number(options, "nodes", spec), flag(options, "reverse", spec))
+    if name == "pyg":
+        return pyg.load_pyg(rest, data_dir, seed, spec)
     if name == "metis":
         return metis_file.load_metis(split_spec(rest, spec, ())[0])
     if name in DYNAMIC and not params:
