@@ -13,7 +13,7 @@ from partition.graph import Graph
 from partition.typed import TypedGraph
 
 GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw, "rmat": synthetic.rmat}
-DYNAMIC = ("chickenpox", "england_covid")
+DYNAMIC = tuple(dynamic.NAMED)
 # Every form a --dataset may take: (form, kind of graph, what it needs on disk, what it is). `gnn-dist datasets`
 # prints this; docs/datasets.md describes each form (a test keeps the two in step).
 CATALOGUE = (
@@ -35,7 +35,11 @@ CATALOGUE = (
     ("hsbm:key=value,...", "typed", "nothing (seeded)", "typed SBM: papers (target), authors, venues"),
     ("chickenpox", "dynamic", "shipped (datasets/temporal)", "Hungarian counties, 517 weekly snapshots, regression"),
     ("england_covid", "dynamic", "shipped (datasets/temporal)", "English regions, daily mobility, regression"),
-    ("json:<path.json>", "dynamic", "the PyG-Temporal JSON file", "your dynamic graph in a PyG-Temporal JSON layout"),
+    ("json:<path.json>[?lags=..]", "dynamic", "the PyG-Temporal JSON file",
+     "a dynamic graph in any PyG-Temporal JSON layout (chickenpox, england_covid, pedalme, wikivital, windmill, "
+     "montevideo_bus, twitter_tennis)"),
+    ("pedalme|wikivital_mathematics|windmill|montevideo_bus|twitter_tennis[:lags=..]", "dynamic",
+     "the data set's JSON file in datasets/temporal (not shipped)", "PyG-Temporal's data sets by name"),
     ("dsbm:key=value,...", "dynamic", "nothing (seeded)", "drifting SBM: nodes change community each step"),
 )
 DATASETS = tuple(form for form, *_ in CATALOGUE)
@@ -69,6 +73,10 @@ def _typed_params(fn: Callable[..., Graph], params: dict[str, str], spec: str) -
     return out
 
 
+def _lags(lags: int = 0) -> None:
+    """The parameters a named dynamic data set takes (for _typed_params)."""
+
+
 def is_dynamic(spec: str) -> bool:
     name = parse_spec(spec)[0]
     return name in DYNAMIC or name in ("json", "dsbm")
@@ -90,10 +98,14 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
         return pyg.load_pyg(rest, data_dir, seed, spec)
     if name == "metis":
         return metis_file.load_metis(split_spec(rest, spec, ())[0])
-    if name in DYNAMIC and not params:
-        return dynamic.load_named(name, data_dir)
+    if name in DYNAMIC:
+        unknown = set(params) - {"lags"}
+        if unknown:
+            raise UsageError(f"data set spec '{spec}': unknown parameter '{unknown.pop()}' (known: lags)")
+        return dynamic.load_named(name, data_dir, _typed_params(_lags, params, spec).get("lags"))
     if name == "json":
-        return dynamic.from_json(split_spec(rest, spec, ())[0])
+        path, options = split_spec(rest, spec, ("lags",))
+        return dynamic.from_json(path, number(options, "lags", spec))
     if name == "dsbm":
         return dynamic.drifting_sbm(**_typed_params(dynamic.drifting_sbm, params, spec))
     if name == "cora" and not params:
