@@ -127,8 +127,8 @@ class Graph:
         _check_ids(self.indices, n, f"graph {self.name}: edge source")
         if self.x.ndim != 2 or self.x.shape[0] != n:
             raise DataError(f"graph {self.name}: features have shape {self.x.shape}, expected ({n}, F)")
-        if not np.isfinite(self.x).all():
-            bad = int(np.argwhere(~np.isfinite(self.x))[0, 0])
+        bad = first_nonfinite_row(self.x)
+        if bad is not None:
             raise DataError(f"graph {self.name}: features contain NaN or inf (first at node {bad})")
         if self.y.shape != (n,):
             raise DataError(f"graph {self.name}: labels have shape {self.y.shape}, expected ({n},)")
@@ -153,6 +153,15 @@ class Graph:
             raise DataError(f"graph {self.name}: edge_type has {self.edge_type.shape[0]} entries for {self.num_edges} edges")
         if self.node_type is not None and self.node_type.shape != (n,):
             raise DataError(f"graph {self.name}: node_type has {self.node_type.shape[0]} entries for {n} nodes")
+
+
+def first_nonfinite_row(x: np.ndarray, block_rows: int = 1 << 16) -> int | None:
+    """The first row holding NaN or inf, checked a block at a time: a memory-mapped matrix is never copied."""
+    for start in range(0, x.shape[0], block_rows):
+        bad = ~np.isfinite(x[start: start + block_rows]).all(axis=tuple(range(1, x.ndim)))
+        if bad.any():
+            return start + int(np.argmax(bad))
+    return None
 
 
 def _check_ids(ids: np.ndarray, num_nodes: int, what: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from gnn_dist.data import dynamic, npz, pyg, real, synthetic, typed
+from gnn_dist.data import dynamic, npz, ogb, pyg, real, synthetic, typed
 from gnn_dist.data.options import flag, number, split_spec
 from partition import edgelist, metis_file
 from partition.dynamic import Snapshots
@@ -27,6 +27,8 @@ CATALOGUE = (
     ("metis:<path.graph[.gz|.bz2]>", "static", "the METIS/Chaco file", "a METIS graph, weights optional"),
     ("pyg:<DatasetClass>[:<name>][?target=..&split=..&seed=..]", "static or typed",
      "the data set's raw files under --data-dir, in PyG's layout", "any torch_geometric data set, never downloaded"),
+    ("ogb:<ogbn-name>[?reverse=..]", "static", "OGB's folder for the set under --data-dir, in OGB's layout",
+     "ogbn-arxiv, ogbn-products, ogbn-papers100M with OGB's split; features memory-mapped"),
     ("sbm:key=value,...", "static", "nothing (seeded)", "stochastic block model with class-correlated features"),
     ("powerlaw:key=value,...", "static", "nothing (seeded)", "Chung-Lu power-law graph"),
     ("rmat:key=value,...", "static", "nothing (seeded)", "R-MAT graph, 2^scale nodes, skewed degrees"),
@@ -43,7 +45,7 @@ CATALOGUE = (
     ("dsbm:key=value,...", "dynamic", "nothing (seeded)", "drifting SBM: nodes change community each step"),
 )
 DATASETS = tuple(form for form, *_ in CATALOGUE)
-PATH_FORMS = ("nx", "file", "json", "hfile", "edges", "metis", "pyg")  # the rest after ':' is a path (with ?options)
+PATH_FORMS = ("nx", "file", "json", "hfile", "edges", "metis", "pyg", "ogb")  # the rest after ':' is a path (with ?options)
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -94,6 +96,8 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
     if name == "edges":
         path, options = split_spec(rest, spec, ("reverse", "nodes"))
         return edgelist.load_edge_list(path, number(options, "nodes", spec), flag(options, "reverse", spec))
+    if name == "ogb":
+        return ogb.load_ogb(rest, data_dir, seed, spec)
     if name == "pyg":
         return pyg.load_pyg(rest, data_dir, seed, spec)
     if name == "metis":

@@ -1,0 +1,159 @@
+"""`ogb:<name>`: OGB node-property data sets from a local OGB root, in OGB's own layout, with OGB's split.
+
+Read without the `ogb` package (importing it starts a thread that contacts a package index). The root
+is `--data-dir ROOT` (or a data root's `ogb/` folder), holding OGB's folder for the set, e.g.
+`ROOT/ogbn_arxiv/`: `raw/edge.csv.gz`, `raw/node-feat.csv.gz`, `raw/node-label.csv.gz`,
+`raw/num-node-list.csv.gz`, and `split/<kind>/{train,valid,test}.csv.gz`; ogbn-papers100M keeps
+`raw/data.npz` and `raw/node-label.npz` instead of the CSV files. Edges are taken as OGB's loader
+takes them (ogbn-products adds every edge's reverse; `?reverse=true` does so for any set).
+
+Features stream, a block of rows at a time, into a float32 memory-mapped file in the cache folder and
+are never held twice: the graph's `x` is that map (papers100M's are about 57 GB, more than this
+machine holds). A second load of the same files reuses the map.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from gnn_dist.data.options import flag, split_spec
+from gnn_dist.data.paths import cache_dir, data_dirs
+from partition.errors import DataError, UsageError
+from partition.graph import Graph
+
+# OGB's master table, for the node-property sets: split folder, whether its loader adds reverse edges,
+# whether the raw files are binary.
+SETS = {"ogbn-arxiv": ("time", False, False), "ogbn-products": ("sales_ranking", True, False),
+        "ogbn-papers100M": ("time", False, True), "ogbn-proteins": ("species", True, False),
+        "ogbn-mag": ("time", False, False)}
+BLOCK_ROWS = 1 << 16
+
+
+def _folder(name: str, data_dir: str | None) -> Path:
+    sub = name.replace("-", "_")
+    roots = [Path(data_dir)] if data_dir else [r / "ogb" for r in data_dirs(None)]
+    for root in roots:
+        if (root / sub).is_dir():
+            return root / sub
+    raise DataError(f"ogb:{name}: OGB's folder {sub}/ is not in {', '.join(str(r) for r in roots)} (point --data-dir "
+                    f"at the OGB root that holds it; gnn-dist never downloads)")
+
+
+def _need(path: Path, name: str) -> Path:
+    if not path.is_file():
+        raise DataError(f"ogb:{name}: {path.name} is missing from {path.parent}")
+    return path
+
+
+def _csv_blocks(path: Path, dtype, name: str):
+    """Blocks of rows of a gzip CSV without header, as 2-D arrays."""
+    try:
+        with gzip.open(path, "rt") as fh:
+            while True:
+                lines = [ln for _, ln in zip(range(BLOCK_ROWS), fh)]
+                if not lines:
+                    return
+                yield np.loadtxt(lines, delimiter=",", dtype=dtype, ndmin=2)
+    except (OSError, EOFError, ValueError) as e:
+        raise DataError(f"ogb:{name}: {path} cannot be read: {str(e).splitlines()[0]}") from None
+
+
+def _csv(path: Path, dtype, name: str) -> np.ndarray:
+    blocks = list(_csv_blocks(path, dtype, name))
+    return np.concatenate(blocks) if blocks else np.zeros((0, 1), dtype)
+
+
+def _feature_map(key: str, n: int, width: int, blocks) -> np.ndarray:
+    """Rows from `blocks` written into a float32 memory map in the cache, once; read-only afterwards."""
+    f = cache_dir() / "ogb" / f"{key}-{n}x{width}.f32"
+    done = f.with_suffix(".done")
+    if not done.exists():
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp")
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, width))
+        row = 0
+        for block in blocks:
+            out[row: row + block.shape[0]] = block
+            row += block.shape[0]
+        if row != n:
+            raise DataError(f"{key}: {row} feature rows for {n} nodes")
+        out.flush()
+        del out
+        tmp.replace(f)
+        done.touch()
+    return np.load(f, mmap_mode="r")
+
+
+def _npz_blocks(npz: Path, member: str, name: str):
+    """Rows of one array inside an .npz (stored or deflated), a block at a time, as float32."""
+    with zipfile.ZipFile(npz) as z, z.open(f"{member}.npy") as fh:
+        version = np.lib.format.read_magic(fh)
+        shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                 else np.lib.format.read_array_header_2_0)(fh)
+        if fortran or len(shape) != 2:
+            raise DataError(f"ogb:{name}: {npz.name}/{member} is not a C-ordered 2-D array")
+        for start in range(0, shape[0], BLOCK_ROWS):
+            rows = min(BLOCK_ROWS, shape[0] - start)
+            yield np.frombuffer(fh.read(rows * shape[1] * dtype.itemsize), dtype=dtype).reshape(rows, shape[1])
+
+
+def _npz_shape(npz: Path, member: str) -> tuple[int, ...]:
+    with zipfile.ZipFile(npz) as z, z.open(f"{member}.npy") as fh:
+        version = np.lib.format.read_magic(fh)
+        return (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)(fh)[0]
+
+
+def _read_csv_set(raw: Path, name: str, key: str):
+    n = int(_csv(_need(raw / "num-node-list.csv.gz", name), np.int64, name).sum())
+    edges = _csv(_need(raw / "edge.csv.gz", name), np.int64, name)
+    with gzip.open(_need(raw / "node-feat.csv.gz", name), "rt") as fh:
+        width = len(fh.readline().split(","))
+    x = _feature_map(key, n, width, _csv_blocks(raw / "node-feat.csv.gz", np.float32, name))
+    y = _csv(_need(raw / "node-label.csv.gz", name), np.float64, name)
+    return n, edges[:, 0], edges[:, 1], x, y
+
+
+def _read_binary_set(raw: Path, name: str, key: str):
+    data = _need(raw / "data.npz", name)
+    n, width = _npz_shape(data, "node_feat")
+    x = _feature_map(key, n, width, _npz_blocks(data, "node_feat", name))
+    with np.load(data) as z:
+        src, dst = z["edge_index"]
+    with np.load(_need(raw / "node-label.npz", name)) as z:
+        y = z["node_label"]
+    return n, src, dst, x, y
+
+
+def load_ogb(rest: str, data_dir: str | None = None, seed: int = 0, spec: str | None = None) -> Graph:
+    spec = spec or f"ogb:{rest}"
+    name, options = split_spec(rest, spec, ("reverse",))
+    if name not in SETS:
+        raise UsageError(f"unknown OGB node-property set '{name}' (known: {', '.join(SETS)})")
+    if name in ("ogbn-proteins", "ogbn-mag"):
+        why = "multi-label targets" if name == "ogbn-proteins" else "node types without features"
+        raise DataError(f"ogb:{name} has {why}, which gnn-dist does not train yet")
+    split, inverse, binary = SETS[name]
+    folder = _folder(name, data_dir)
+    stamp = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted((folder / "raw").iterdir())]
+    key = f"{name}-{hashlib.sha1(repr(stamp).encode()).hexdigest()[:12]}"  # a new copy of the files, a new map
+    n, src, dst, x, y = (_read_binary_set if binary else _read_csv_set)(folder / "raw", name, key)
+    if inverse or flag(options, "reverse", spec):
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    y = np.asarray(y, np.float64).reshape(-1)
+    if y.shape[0] != n:
+        raise DataError(f"ogb:{name}: {y.shape[0]} labels for {n} nodes")
+    labels = np.where(np.isnan(y), -1, y).astype(np.int64)  # papers100M: NaN marks an unlabelled node
+    masks = []
+    for part in ("train", "valid", "test"):
+        idx = _csv(_need(folder / "split" / split / f"{part}.csv.gz", name), np.int64, name).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise DataError(f"ogb:{name}: split/{split}/{part}.csv.gz holds node id {int(idx.max())} of {n}")
+        m = np.zeros(n, bool)
+        m[idx] = True
+        masks.append(m)
+    return Graph.from_edges(src, dst, n, x, labels, *masks, name=name, num_classes=int(labels.max()) + 1)
