@@ -36,7 +36,8 @@ class Graph:
         self.indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(self.indices, dtype=np.int64)
         self.x = np.ascontiguousarray(self.x, dtype=np.float32)
-        self.y = np.ascontiguousarray(self.y, dtype=np.int64)
+        # one class per node (int64, -1 = no label), or multi-label targets: (N, C) of 0/1 (float32)
+        self.y = np.ascontiguousarray(self.y, dtype=np.float32 if np.ndim(self.y) == 2 else np.int64)
         for m in ("train_mask", "val_mask", "test_mask"):
             setattr(self, m, np.ascontiguousarray(getattr(self, m), dtype=bool))
         if self.edge_weight is not None:
@@ -46,10 +47,15 @@ class Graph:
             if self.edge_attr.ndim == 1:
                 self.edge_attr = self.edge_attr[:, None]
         if not self.num_classes:
-            self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+            self.num_classes = self.y.shape[1] if self.multilabel else int(self.y.max()) + 1 if self.y.size else 0
         self.validate()
 
     # ----------------------------------------------------------------- shape
+    @property
+    def multilabel(self) -> bool:
+        """Several labels per node (Yelp, AmazonProducts, ogbn-proteins): y is (N, C) of 0/1."""
+        return self.y.ndim == 2
+
     @property
     def num_nodes(self) -> int:
         return int(self.indptr.shape[0] - 1)
@@ -130,9 +136,13 @@ class Graph:
         bad = first_nonfinite_row(self.x)
         if bad is not None:
             raise DataError(f"graph {self.name}: features contain NaN or inf (first at node {bad})")
-        if self.y.shape != (n,):
-            raise DataError(f"graph {self.name}: labels have shape {self.y.shape}, expected ({n},)")
-        if self.y.size and (self.y.min() < -1 or (self.num_classes and self.y.max() >= self.num_classes)):
+        if self.multilabel:
+            if self.y.shape != (n, self.num_classes) or not np.isin(self.y, (0.0, 1.0)).all():
+                raise DataError(f"graph {self.name}: multi-label targets must be ({n}, C) of 0 and 1, got shape "
+                                f"{self.y.shape}")
+        elif self.y.shape != (n,):
+            raise DataError(f"graph {self.name}: labels have shape {self.y.shape}, expected ({n},) or ({n}, C)")
+        elif self.y.size and (self.y.min() < -1 or (self.num_classes and self.y.max() >= self.num_classes)):
             raise DataError(f"graph {self.name}: labels outside [-1, {self.num_classes})")
         for m in ("train_mask", "val_mask", "test_mask"):
             if getattr(self, m).shape != (n,):

@@ -65,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
     model.to(ctx.device).eval()  # eval mode under no_grad: exact messages
     with torch.no_grad():
         out = model(graph.x, graph, embed=True) if args.output == "embeddings" else model(graph.x, graph)
+    multilabel = graph.y.dim() == 2  # independent labels: a sigmoid each, and every label with a positive logit
     if args.output == "probs":
-        out = out.softmax(dim=1)
+        out = out.sigmoid() if multilabel else out.softmax(dim=1)
     elif args.output == "labels":
-        out = out.argmax(dim=1)
+        out = (out > 0).to(torch.int8) if multilabel else out.argmax(dim=1)
     gids, rows, num_nodes, what = graph.global_ids[: graph.num_inner], out.cpu().numpy(), meta["num_nodes"], args.output
     if graph.types is not None and not args.all_types:  # the target type's rows, in that type's own ids
         t = meta["node_types"].index(meta["target_type"])

@@ -230,8 +230,8 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
     from gnn_dist.train.node import Trainer
 
     return model, lambda: Trainer(model, graph, ctx, **loop_options(args)), lambda f: (
-        f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | train acc {f['train_acc']:.4f} | "
-        f"val acc {f['val_acc']:.4f} | test acc {f['test_acc']:.4f}" + best(f))
+        f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | "
+        + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in f.items() if k.endswith(("_acc", "_f1"))) + best(f))
 
 
 def dynamic_setup(args: argparse.Namespace, ctx, meta: dict):

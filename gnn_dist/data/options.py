@@ -64,6 +64,9 @@ def note(line: str) -> None:
 def seeded_split(y: np.ndarray, split: str, seed: int, val_per_class: int = 30, spec: str = "") -> tuple[np.ndarray, ...]:
     """Disjoint train/val/test masks: `split` is a count per class ('20') or fractions ('0.6,0.2')."""
     n = y.shape[0]
+    if y.ndim == 2 and "," not in split and "/" not in split:
+        raise UsageError(f"data set spec '{spec}': a per-class split needs one class per node; these targets are "
+                         f"multi-label: use fractions (split=0.6,0.2)")
     rng = np.random.default_rng(seed)
     masks = [np.zeros(n, bool) for _ in range(3)]
     parts = split.replace("/", ",").split(",")

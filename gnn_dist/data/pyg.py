@@ -89,9 +89,6 @@ def _homogeneous(data, ds, label: str, options: dict, seed: int, spec: str) -> G
 
     if getattr(data, "x", None) is None:
         raise DataError(f"{label} has no node features (x)")
-    if data.y is not None and data.y.dim() > 1 and data.y.shape[1] > 1:
-        raise DataError(f"{label} has multi-label targets ({data.y.shape[1]} per node), which gnn-dist does not "
-                        f"train yet")
     g = graph_from_pyg(data, label.split(":", 1)[1].lower(), int(getattr(ds, "num_classes", 0)))
     if g.train_mask.ndim > 1:  # PyG keeps several splits as columns (e.g. WikiCS): use the first
         g.train_mask, g.val_mask, g.test_mask = (m[:, 0] for m in (g.train_mask, g.val_mask, g.test_mask))

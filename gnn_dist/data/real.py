@@ -20,6 +20,8 @@ def graph_from_pyg(data, name: str = "graph", num_classes: int = 0) -> Graph:
     masks = [getattr(data, m, None) for m in ("train_mask", "val_mask", "test_mask")]
     masks = [np.zeros(n, bool) if m is None else m.numpy() for m in masks]
     y = data.y.numpy() if getattr(data, "y", None) is not None else np.full(n, -1)
+    if y.ndim == 2 and y.shape[1] == 1:  # one label per node stored as a column (OGB's layout)
+        y = y[:, 0]
     w = data.edge_weight.numpy() if getattr(data, "edge_weight", None) is not None else None
     ea = data.edge_attr.numpy() if getattr(data, "edge_attr", None) is not None else None
     return Graph.from_edges(src, dst, n, data.x.numpy(), y, *masks, edge_weight=w, edge_attr=ea,
