@@ -72,3 +72,10 @@ def no_network(monkeypatch):
         monkeypatch.setattr(socket.socket, name, refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def one_error_line(r: subprocess.CompletedProcess, needle: str, strict: bool = True) -> None:
+    """Exit code 2 and one line naming the problem: the whole of stderr (strict), or its one `error:` line."""
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and (strict or "error:" in ln)]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
