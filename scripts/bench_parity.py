@@ -93,7 +93,7 @@ def pyg_typed(hg, seed: int, epochs: int) -> float:
 
 
 def pyg_dynamic(seq, seed: int, epochs: int, window: int) -> float:
-    from gnn_dist.nn import build_dynamic_model, to_pyg_dynamic
+    from gnn_dist.nn.dynamic import build_dynamic_model, to_pyg_dynamic
     from gnn_dist.train.dynamic_reference import ReferenceRun
 
     torch.manual_seed(seed)
