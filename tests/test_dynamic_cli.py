@@ -42,13 +42,16 @@ def test_partition_reports_churn_and_stores_differences(covid2):
     assert z["add_key"].shape[0] < 0.5 * sum(c["edges"] for c in churn) / 2
 
 
-def test_train_gcrn_on_two_ranks_reports_mse_and_baseline(covid2):
+def test_train_gcrn_on_two_ranks_reports_mse_and_baseline(covid2, tmp_path):
+    log = tmp_path / "log.jsonl"
     r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(covid2),
-                        "--model", "gcrn", "--hidden", "16", "--epochs", "3", "--window", "6", "--quiet"],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+                        "--model", "gcrn", "--hidden", "16", "--epochs", "3", "--window", "6", "--quiet",
+                        "--log", str(log)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     line = r.stdout.strip().splitlines()[-1]
     assert "test mse" in line and "test last value mse" in line, line
+    for rec in map(json.loads, log.read_text().splitlines()):  # bytes of every rank, as static runs log them
+        assert rec["halo_bytes_all_ranks"] > rec["halo_bytes"] > 0
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -70,7 +70,10 @@ class DynamicTask:
         return total / self.seq.num_train
 
     def epoch_record(self) -> dict:
-        return {"plan_time": self.seq.plan_seconds - self._plan0, "halo_bytes": self.seq.take_bytes()}
+        """Plan time, and bytes sent in training: this rank's and, as static runs log them, all ranks'."""
+        sent = self.seq.take_bytes()
+        return {"plan_time": self.seq.plan_seconds - self._plan0, "halo_bytes": sent,
+                "halo_bytes_all_ranks": int(all_sum(torch.tensor([float(sent)]), self.ctx)[0])}
 
     def finish(self) -> None:
         pass
