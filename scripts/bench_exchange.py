@@ -1,6 +1,7 @@
 """Cheap exchange, measured in the network lab: one table and one plot from one run (needs root).
 
     python scripts/bench_exchange.py [--dataset SPEC] [--parts 4] [--rate 1gbit] [--epochs 30] [--layers 2] [--png F]
+                                     [--partition-method mtkahypar [--partition-objective vol]]
 
 Brings up the lab (scripts/netlab.py), partitions the data set, and trains the
 same model under each exchange setting, one rank per namespace: vanilla exact
@@ -11,6 +12,10 @@ compute-only run (halo rows replaced by zeros, nothing sent) as the floor.
 Prints epoch time and halo bytes per epoch with ratios against exact
 no-overlap and against max(compute-only, busiest rank's bytes / link rate),
 then plots final test accuracy against epoch time.
+
+With --partition-method M the same settings run on two partitions of the data set, METIS k-way and M
+(with --partition-objective, default vol: the halo rows themselves), one table each, then one line per
+setting with M's epoch time over METIS's and each partition's busiest-rank bytes.
 """
 from __future__ import annotations
 
@@ -135,6 +140,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2, help="GNN layers (AdaQP and PipeGCN report 3-4)")
     ap.add_argument("--png", default="bench_exchange.png")
     ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(SETTINGS)}")
+    ap.add_argument("--partition-method", default=None, metavar="M",
+                    help="also run on a partition by method M (e.g. mtkahypar, kahip) and compare with METIS")
+    ap.add_argument("--partition-objective", default="vol", choices=["cut", "vol"],
+                    help="objective of --partition-method where it takes one (default vol)")
     for flag in ("--worker", "--result", "--codec"):
         ap.add_argument(flag, default=None if flag != "--codec" else "fp32", help=argparse.SUPPRESS)
     ap.add_argument("--staleness", type=int, default=0, help=argparse.SUPPRESS)
@@ -151,37 +160,62 @@ def main() -> None:
 
     rate_bps = {"k": 1e3, "m": 1e6, "g": 1e9}[a.rate.lower().rstrip("bit")[-1]] * float(a.rate.lower().rstrip("bit")[:-1]) / 8
     settings = {k: v for k, v in SETTINGS.items() if not a.only or k in a.only.split(",")}
-    results = {}
+    methods = {"metis": []}
+    if a.partition_method:
+        methods[a.partition_method] = ["--method", a.partition_method] + (
+            ["--objective", a.partition_objective] if a.partition_method in ("metis", "mtkahypar") else [])
+    results: dict = {m: {} for m in methods}
     with tempfile.TemporaryDirectory() as tmp:
-        part = Path(tmp) / "part"
-        if cli(["partition", "--dataset", a.dataset, "--parts", str(a.parts), "--out", str(part)]) != 0:
-            raise SystemExit("partitioning failed")
+        parts = {}
+        for m, flags in methods.items():
+            parts[m] = Path(tmp) / f"part-{m}"
+            if cli(["partition", "--dataset", a.dataset, "--parts", str(a.parts), "--out", str(parts[m]), *flags]) != 0:
+                raise SystemExit(f"partitioning with {m} failed")
         netlab.down()
         netlab.up(a.parts, a.rate, None)
         try:
-            for i, (name, flags) in enumerate(settings.items()):
-                res = Path(tmp) / f"r{i}.json"
-                cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(part), "--result", str(res),
-                       "--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model,
-                       "--layers", str(a.layers), *flags]
-                t = time.perf_counter()
-                code = netlab.run(cmd, port=29500 + i, timeout=1800)
-                if code != 0 or not res.exists():
-                    raise SystemExit(f"setting '{name}' failed (exit {code})")
-                results[name] = json.loads(res.read_text())
-                r = results[name]
-                print(f"[bench] {name}: {r['epoch_s']:.3f} s/epoch, acc {r['test_acc']:.4f} ({time.perf_counter() - t:.0f}s)",
-                      file=sys.stderr)
+            for i, (m, (name, flags)) in enumerate((m, s) for m in methods for s in settings.items()):
+                results[m][name] = run_setting(a, parts[m], Path(tmp) / f"r{i}.json", flags, 29500 + i, f"{name} @ {m}")
         finally:
             netlab.down()
-    report(a, results, rate_bps)
+    for m, res in results.items():
+        report(a, res, rate_bps, m)
+    if len(results) > 1:
+        compare(results, a.partition_method)
 
 
-def report(a, results: dict, rate_bps: float) -> None:
+def run_setting(a, part: Path, res: Path, flags: list[str], port: int, label: str) -> dict:
+    """One setting in the lab, one rank per namespace; its result record."""
+    import netlab
+
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(part), "--result", str(res),
+           "--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--layers", str(a.layers), *flags]
+    t = time.perf_counter()
+    code = netlab.run(cmd, port=port, timeout=1800)
+    if code != 0 or not res.exists():
+        raise SystemExit(f"setting '{label}' failed (exit {code})")
+    r = json.loads(res.read_text())
+    print(f"[bench] {label}: {r['epoch_s']:.3f} s/epoch, acc {r['test_acc']:.4f} ({time.perf_counter() - t:.0f}s)",
+          file=sys.stderr)
+    return r
+
+
+def compare(results: dict, method: str) -> None:
+    """Per setting: the other partition's epoch time over METIS's, and each one's busiest-rank bytes."""
+    print(f"\n{'setting':<24} {'METIS s':>8} {method + ' s':>14} {'x METIS':>8} {'METIS max MB':>13} "
+          f"{method + ' max MB':>16} {'acc METIS':>9} {'acc ' + method:>14}")
+    for name, r in results["metis"].items():
+        o = results[method][name]
+        print(f"{name:<24} {r['epoch_s']:>8.3f} {o['epoch_s']:>14.3f} {o['epoch_s'] / r['epoch_s']:>8.2f} "
+              f"{max(r['bytes_per_rank']) / 1e6:>13.2f} {max(o['bytes_per_rank']) / 1e6:>16.2f} "
+              f"{r['test_acc']:>9.4f} {o['test_acc']:>14.4f}")
+
+
+def report(a, results: dict, rate_bps: float, method: str = "metis") -> None:
     base = results.get("exact-no-overlap", {}).get("epoch_s")
     floor_c = results.get("compute-only", {}).get("epoch_s", 0.0)
-    print(f"\n{a.dataset}, {a.parts} ranks in the lab at {a.rate} per link, {a.layers}-layer {a.model} hidden {a.hidden}, "
-          f"{a.epochs} epochs (mean of epochs 3..{a.epochs})")
+    print(f"\n{a.dataset} ({method} partition), {a.parts} ranks in the lab at {a.rate} per link, {a.layers}-layer "
+          f"{a.model} hidden {a.hidden}, {a.epochs} epochs (mean of epochs 3..{a.epochs})")
     print(f"{'setting':<24} {'epoch s':>8} {'x exact':>8} {'MB/epoch/rank':>14} {'x bytes':>8} "
           f"{'bound s':>8} {'x bound':>8} {'wait ms':>8} {'cpu s':>6} {'test acc':>8}")
     base_b = max(results.get("exact-no-overlap", {}).get("bytes_per_rank", [1]))
@@ -207,11 +241,12 @@ def report(a, results: dict, rate_bps: float) -> None:
     ax.legend(fontsize=8, loc="best")
     ax.set_xlabel(f"epoch time, s ({a.parts} ranks, {a.rate} links)")
     ax.set_ylabel(f"test accuracy after {a.epochs} epochs")
-    ax.set_title(f"gnn-dist exchange settings on {a.dataset.split(',')[0]}")
+    ax.set_title(f"gnn-dist exchange settings on {a.dataset.split(',')[0]} ({method} partition)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(a.png, dpi=120)
-    print(f"plot: {a.png}")
+    png = a.png if method == "metis" else str(Path(a.png).with_name(f"{Path(a.png).stem}-{method}.png"))
+    fig.savefig(png, dpi=120)
+    print(f"plot: {png}")
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def test_dynamic_model_on_static_partition(tmp_path):
       "y": [[1.0] * 5] * 6 + [[1.0] * 4] + [[1.0] * 5] * 3}, "time period 6 has 4 nodes, period 0 has 5"),
     ({"edges": [[0, 1], [1, 25]], "FX": [[0.0] * 20] * 8}, "snapshot 0: edge target id 25 is out of range for 20 nodes"),
     ({"edges": [[0, 1]], "FX": [[0.0] * 3] * 4}, "the snapshot sequence is empty"),
-    ({"edges": [[0, 1]]}, "expected keys 'edges' and 'FX'"),
+    ({"edges": [[0, 1]]}, "no PyG-Temporal layout has its keys (edges); expected e.g. 'edges' and 'FX'"),
 ])
 def test_bad_snapshot_files(tmp_path, data, needle):
     spec = _write(tmp_path / "series.json", data)

@@ -145,3 +145,47 @@ def load_named(name: str, data_dir: str | None = None, lags: int | None = None) 
         raise DataError(f"{name}: {NAMED[name]} is not in {folder} (copy it from PyG-Temporal's dataset/ folder "
                         f"there, or read any such file with json:PATH)")
     return from_json(f, lags, name=name)
+
+
+def drifting_sbm(nodes: int = 2000, communities: int = 4, snapshots: int = 10, avg_degree: float = 10.0,
+                 homophily: float = 0.8, drift: float = 0.05, features: int = 16, signal: float = 0.5,
+                 seed: int = 0) -> Snapshots:
+    """Communities that move: each step a `drift` fraction of nodes joins a random community and
+    rewires; every other edge persists. Task: the node's community at each step.
+
+    Features are the community mean (scaled by `signal`) plus unit noise, so a
+    model has to pool neighbours (and time) to classify well.
+    """
+    if nodes < communities or communities < 2 or snapshots < 1 or not 0 <= drift <= 1 or not 0 <= homophily <= 1:
+        raise DataError("drifting SBM: need nodes >= communities >= 2, snapshots >= 1, 0 <= drift, homophily <= 1")
+    rng = np.random.default_rng(seed)
+    means = rng.standard_normal((communities, features)).astype(np.float32)
+    comm = rng.integers(0, communities, nodes)
+    pairs = int(nodes * avg_degree / 2)
+
+    def draw(src: np.ndarray) -> np.ndarray:
+        order = np.argsort(comm, kind="stable")
+        starts = np.searchsorted(comm[order], np.arange(communities + 1))
+        c = comm[src]
+        size = starts[c + 1] - starts[c]
+        inside = order[starts[c] + (rng.random(src.shape[0]) * size).astype(np.int64)]
+        return np.where(rng.random(src.shape[0]) < homophily, inside, rng.integers(0, nodes, src.shape[0]))
+
+    a = rng.integers(0, nodes, pairs)
+    b = draw(a)
+    edges, xs, ys = [], [], []
+    for t in range(snapshots):
+        if t:
+            moved = rng.random(nodes) < drift
+            comm = np.where(moved, rng.integers(0, communities, nodes), comm)
+            gone = moved[a] | moved[b]
+            a_new = rng.choice(np.flatnonzero(moved), int(gone.sum())) if moved.any() else a[gone]
+            a, b = np.concatenate([a[~gone], a_new]), np.concatenate([b[~gone], draw(a_new)])
+        keep = a != b
+        key = np.unique(np.minimum(a[keep], b[keep]) * nodes + np.maximum(a[keep], b[keep]))
+        lo, hi = key // nodes, key % nodes
+        edges.append(np.stack([np.concatenate([lo, hi]), np.concatenate([hi, lo])], axis=1))
+        xs.append(signal * means[comm] + rng.standard_normal((nodes, features)).astype(np.float32))
+        ys.append(comm.copy())
+    return Snapshots.from_lists(edges, None, xs, ys, nodes, task="classification", num_classes=communities,
+                                name=f"dsbm-{nodes}")

@@ -82,6 +82,9 @@ class DistContext:
             time.sleep(grace_s + 10.0)
             os._exit(code)
         if publish and self.watchdog is not None:
+            # no heartbeat after this: rank 0 leaves as soon as it reads the key, and a store call to a
+            # closed store makes torch print a C++ backtrace beside our one line
+            self.watchdog.stop()
             try:
                 self.watchdog.store.set(FAILED_KEY, f"{self.rank}\t{message}")
             except Exception:
@@ -336,7 +339,9 @@ class Watchdog:
                 self.store.set(f"gnn_dist/hb/{me}", str(beat))
                 if self.store.check([FAILED_KEY]):  # a peer failed on its own and said so: leave quietly
                     self.lost = int(self.store.get(FAILED_KEY).decode().split("\t")[0])
-                    self.ctx.fail(None, code=3, grace_s=0.2)
+                    # rank 0 hosts the store: it leaves after the failing rank (1 s of grace), whose
+                    # client would otherwise meet a closed store and make torch print a backtrace
+                    self.ctx.fail(None, code=3, grace_s=0.2 if me != 0 else 2.0)
                 for r in range(n):
                     if r == me:
                         continue
