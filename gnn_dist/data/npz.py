@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from gnn_dist.data.options import flag, largest_component, note, number, seeded_split, split_spec
+from gnn_dist.data.options import flag, largest_component, masks_or_split, number, split_spec
 from partition.errors import DataError
 from partition.graph import Graph
 
@@ -50,13 +50,8 @@ def load_npz(rest: str, seed: int = 0, spec: str | None = None) -> Graph:
         keep = largest_component(src, dst, n)
         src, dst, x, y, masks, extra = _subgraph(keep, src, dst, x, y, masks, extra, n)
         n = keep.shape[0]
-    seed = number(options, "seed", spec, int, seed)
-    if "split" in options:
-        masks = seeded_split(y, options["split"], seed, number(options, "val", spec, int, 30), spec)
-    elif masks is None:
-        masks = seeded_split(y, "0.6,0.2", seed, spec=spec)
-        note(f"{f.name} stores no train/val/test masks: drew a seeded 60/20/20 split (seed {seed}); "
-             f"choose one with ?split=20 (per class) or ?split=0.6,0.2")
+    masks = masks_or_split(masks, y, f.name, options.get("split"), number(options, "seed", spec, int, seed),
+                           number(options, "val", spec, int, 30), spec)
     return Graph.from_edges(src, dst, n, x, y, *masks, name=f.stem, **extra)
 
 

@@ -88,12 +88,17 @@ def _feature_map(key: str, n: int, width: int, blocks) -> np.ndarray:
     return np.load(f, mmap_mode="r")
 
 
+def _npy_header(fh) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, Fortran order, dtype) of the .npy stream `fh`, which is left at the first byte of data."""
+    version = np.lib.format.read_magic(fh)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return read(fh)
+
+
 def _npz_blocks(npz: Path, member: str, name: str):
-    """Rows of one array inside an .npz (stored or deflated), a block at a time, as float32."""
+    """Rows of one array inside an .npz (stored or deflated), a block at a time."""
     with zipfile.ZipFile(npz) as z, z.open(f"{member}.npy") as fh:
-        version = np.lib.format.read_magic(fh)
-        shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                 else np.lib.format.read_array_header_2_0)(fh)
+        shape, fortran, dtype = _npy_header(fh)
         if fortran or len(shape) != 2:
             raise DataError(f"ogb:{name}: {npz.name}/{member} is not a C-ordered 2-D array")
         for start in range(0, shape[0], BLOCK_ROWS):
@@ -103,9 +108,7 @@ def _npz_blocks(npz: Path, member: str, name: str):
 
 def _npz_shape(npz: Path, member: str) -> tuple[int, ...]:
     with zipfile.ZipFile(npz) as z, z.open(f"{member}.npy") as fh:
-        version = np.lib.format.read_magic(fh)
-        return (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)(fh)[0]
+        return _npy_header(fh)[0]
 
 
 def _read_csv_set(raw: Path, name: str, key: str):

@@ -93,6 +93,20 @@ def seeded_split(y: np.ndarray, split: str, seed: int, val_per_class: int = 30, 
                      f"fractions (split=0.6,0.2), got '{split}'")
 
 
+def masks_or_split(stored, y: np.ndarray, what: str, split: str | None = None, seed: int = 0, val: int = 30,
+                   spec: str = "", of: str = "") -> tuple[np.ndarray, ...]:
+    """The masks a file stores (`stored`: three arrays, None for one it lacks, or None), or a seeded split where
+    `split` asks for one; with no masks and no split, a 60/20/20 split and a note saying so: never every node in
+    train, val and test at once. `of` qualifies what the file lacks masks for (" for its target type")."""
+    n = y.shape[0]
+    if split is None and stored is not None and any(m is not None for m in stored):
+        return tuple(np.zeros(n, bool) if m is None else np.asarray(m, bool) for m in stored)
+    if split is None:
+        note(f"{what} stores no train/val/test masks{of}: drew a seeded 60/20/20 split (seed {seed}); "
+             f"choose one with ?split=20 (per class) or ?split=0.6,0.2")
+    return seeded_split(np.asarray(y), split or "0.6,0.2", seed, val, spec)
+
+
 def largest_component(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
     """Node ids of the largest (weakly) connected component, ascending."""
     import scipy.sparse as sp

@@ -13,7 +13,7 @@ import inspect
 import os
 from pathlib import Path
 
-from gnn_dist.data.options import note, number, seeded_split, split_spec
+from gnn_dist.data.options import masks_or_split, number, split_spec
 from gnn_dist.data.paths import data_dirs
 from partition.errors import DataError, UsageError
 from partition.graph import Graph
@@ -39,8 +39,8 @@ def _dataset_class(name: str):
     return type(cls.__name__, (cls,), {"download": refuse_download, "__module__": cls.__module__})
 
 
-def _root(cls_name: str, data_dir: str | None) -> Path:
-    """--data-dir as given, else the first data root holding a folder for this class (or the first root)."""
+def _root(data_dir: str | None) -> Path:
+    """--data-dir as given, else the `pyg/` folder of the first data root that has one (or of the first root)."""
     if data_dir:
         return Path(data_dir)
     roots = data_dirs(None)
@@ -52,7 +52,7 @@ def load_pyg(rest: str, data_dir: str | None = None, seed: int = 0, spec: str | 
     body, options = split_spec(rest, spec, OPTIONS)
     cls_name, _, ds_name = body.partition(":")
     cls = _dataset_class(cls_name)
-    root = _root(cls_name, data_dir)
+    root = _root(data_dir)
     kwargs = {"name": ds_name} if ds_name else {}
     try:
         ds = cls(str(root), **kwargs)
@@ -65,12 +65,12 @@ def load_pyg(rest: str, data_dir: str | None = None, seed: int = 0, spec: str | 
     data, seed = ds[0], number(options, "seed", spec, int, seed)
     label = f"pyg:{body}"
     if hasattr(data, "node_types"):
-        from gnn_dist.data.typed import from_pyg, target_masks
+        from gnn_dist.data.typed import from_pyg
 
         target = options.get("target") or _labelled_type(data, label)
         hg = from_pyg(data, target, name=(ds_name or cls_name).lower(), seed=seed)
         if "split" in options:
-            hg.train_mask, hg.val_mask, hg.test_mask = target_masks([None] * 3, hg.y, label, options["split"], seed,
+            hg.train_mask, hg.val_mask, hg.test_mask = masks_or_split(None, hg.y, label, options["split"], seed,
                                                                     number(options, "val", spec, int, 30))
         return hg
     return _homogeneous(data, ds, label, options, seed, spec)
@@ -92,12 +92,9 @@ def _homogeneous(data, ds, label: str, options: dict, seed: int, spec: str) -> G
     g = graph_from_pyg(data, label.split(":", 1)[1].lower(), int(getattr(ds, "num_classes", 0)))
     if g.train_mask.ndim > 1:  # PyG keeps several splits as columns (e.g. WikiCS): use the first
         g.train_mask, g.val_mask, g.test_mask = (m[:, 0] for m in (g.train_mask, g.val_mask, g.test_mask))
-    if "split" in options:
-        g.train_mask, g.val_mask, g.test_mask = seeded_split(g.y, options["split"], seed,
-                                                             number(options, "val", spec, int, 30), spec)
-    elif not (g.train_mask.any() or g.val_mask.any() or g.test_mask.any()):
-        g.train_mask, g.val_mask, g.test_mask = seeded_split(g.y, "0.6,0.2", seed, spec=spec)
-        note(f"{label} stores no train/val/test masks: drew a seeded 60/20/20 split (seed {seed}); choose one "
-             f"with ?split=20 (per class) or ?split=0.6,0.2")
+    stored = (g.train_mask, g.val_mask, g.test_mask)
+    g.train_mask, g.val_mask, g.test_mask = masks_or_split(
+        stored if any(m.any() for m in stored) else None, g.y, label, options.get("split"), seed,
+        number(options, "val", spec, int, 30), spec)
     g.validate()
     return g

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gnn_dist.data.options import note, number, seeded_split, split_spec
+from gnn_dist.data.options import masks_or_split, number, split_spec
 from partition.errors import DataError, UsageError
 from partition.typed import TypedGraph, edge_type_str, parse_edge_type
 
@@ -67,18 +67,6 @@ def hsbm(papers: int = 3000, authors: int = 2000, venues: int = 40, classes: int
                        name=f"hsbm-{papers}", num_classes=classes)
 
 
-def target_masks(masks: list, y: np.ndarray, what: str, split: str | None = None, seed: int = 0,
-                 val: int = 30) -> list[np.ndarray]:
-    """The target type's masks as stored, or, where none are stored or `split` asks, a seeded split and a note:
-    never every node in train, val and test at once."""
-    if split is None and any(m is not None for m in masks):
-        return [np.zeros(y.shape[0], bool) if m is None else np.asarray(m, bool) for m in masks]
-    if split is None:
-        note(f"{what} stores no train/val/test masks for its target type: drew a seeded 60/20/20 split (seed "
-             f"{seed}); choose one with ?split=20 (per class) or ?split=0.6,0.2")
-    return list(seeded_split(np.asarray(y), split or "0.6,0.2", seed, val))
-
-
 def from_pyg(data, target: str, name: str = "typed", seed: int = 0) -> TypedGraph:
     """A PyG `HeteroData`; the `target` node type must hold `y` (masks optional: else a seeded split)."""
     node_types = list(data.node_types)
@@ -89,7 +77,8 @@ def from_pyg(data, target: str, name: str = "typed", seed: int = 0) -> TypedGrap
     edges = {edge_type_str(e): tuple(a.numpy() for a in data[e].edge_index) for e in edge_types}
     masks = [getattr(data[target], m, None) for m in ("train_mask", "val_mask", "test_mask")]
     y = data[target].y.numpy()
-    masks = target_masks([None if m is None else m.numpy() for m in masks], y, f"HeteroData '{name}'", seed=seed)
+    masks = masks_or_split([None if m is None else m.numpy() for m in masks], y, f"HeteroData '{name}'", seed=seed,
+                           of=" for its target type")
     return TypedGraph(node_types, {t: int(data[t].num_nodes) for t in node_types}, x, edge_types, edges, target,
                        y, *masks, name=name)
 
@@ -121,9 +110,9 @@ def from_npz(rest: str, seed: int = 0, spec: str | None = None) -> TypedGraph:
                  if f"edge_index:{edge_type_str(e)}" in z.files}
         if target not in node_types:
             raise UsageError(f"unknown node type '{target}' (node types: {', '.join(node_types)})")
-        masks = target_masks([z[m] if m in z.files else None for m in ("train_mask", "val_mask", "test_mask")],
-                             z["y"], str(path.name), options.get("split"), number(options, "seed", spec, int, seed),
-                             number(options, "val", spec, int, 30))
+        masks = masks_or_split([z[m] if m in z.files else None for m in ("train_mask", "val_mask", "test_mask")],
+                               z["y"], str(path.name), options.get("split"), number(options, "seed", spec, int, seed),
+                               number(options, "val", spec, int, 30), spec, of=" for its target type")
         counts = {t: int(x[t].shape[0]) for t in node_types}
         if "num_nodes" in z.files:
             counts = dict(zip(node_types, (int(c) for c in z["num_nodes"])))
