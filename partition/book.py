@@ -38,6 +38,11 @@ class PartitionBook:
         """Take a part's local rows already read (and verified) by the loader, instead of reading them again."""
         self._rows[part] = (global_ids, int(num_inner))
 
+    def type_range(self, t: int) -> tuple[int, int]:
+        """(first global id, count) of node type t in a typed partition: types occupy consecutive id ranges."""
+        counts = self.meta["node_counts"]
+        return int(sum(counts[:t])), int(counts[t])
+
     def _part(self, part: int) -> tuple[np.ndarray, int]:
         if not 0 <= part < self.num_parts:
             raise DataError(f"part {part} does not exist ({self.num_parts} parts)")

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.cli.train import build_user_or_builtin, check_model, load_graph
     from gnn_dist.nn import registry
     from gnn_dist.runtime.launch import init
-    from gnn_dist.train.checkpoint import load
+    from gnn_dist.train.checkpoint import load, load_model_state
 
     saved = load(args.model_file)
     if not isinstance(saved, dict) or "model" not in saved or "args" not in saved:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "embeddings" and not registry.accepts_embed(model):
         raise UsageError(f"--output embeddings needs a model whose forward takes embed=True; {t.model}'s does not")
     try:
-        model.load_state_dict(saved["model"])
+        load_model_state(model, saved["model"])
     except RuntimeError as e:
         raise UsageError(f"{args.model_file} does not fit this partition: {str(e).splitlines()[0]}") from None
     model.to(ctx.device).eval()  # eval mode under no_grad: exact messages

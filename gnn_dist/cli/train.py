@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
                    help="end with the weights of the best validation epoch (also written to CHECKPOINT_DIR/best.pt)")
     p.add_argument("--seed", type=int, default=0, help="model and dropout seed (rank 0's value is used everywhere)")
     p.add_argument("--normalize-features", action="store_true", help="row-normalise input features")
+    p.add_argument("--embedding-dim", type=int, default=None, metavar="D",
+                   help="nodes without features (a graph, or a node type, that has none) get a learnable "
+                        "D-wide input row each, held by the node's owner (default: --hidden)")
     add_exchange_flags(p)
     p.add_argument("--no-input-cache", action="store_true",
                    help="send the input features' halo every epoch instead of once (input dropout is keyed by "
@@ -139,6 +142,7 @@ def check_args(a: argparse.Namespace) -> None:
          "skipping apply to static graphs"),
         (a.layers >= 1, f"--layers must be >= 1, got {a.layers}"),
         (a.hidden >= 1, f"--hidden must be >= 1, got {a.hidden}"),
+        (a.embedding_dim is None or a.embedding_dim >= 1, f"--embedding-dim must be >= 1, got {a.embedding_dim}"),
         (a.heads >= 1, f"--heads must be >= 1, got {a.heads}"),
         (a.epochs >= 1, f"--epochs must be >= 1, got {a.epochs}"),
         (a.lr > 0, f"--lr must be > 0, got {a.lr}"),
@@ -270,21 +274,30 @@ def load_graph(args: argparse.Namespace, ctx, meta: dict, exchange=None, verify:
 
 
 def build_user_or_builtin(args: argparse.Namespace, ctx, graph, meta: dict, num_classes: int):
-    """The model --model names; an error inside a user's builder is reported as that code's error."""
+    """The model --model names, with learnable rows for nodes without features; an error inside a user's
+    builder is reported as that code's error."""
+    from gnn_dist.nn.embedding import Embedded, input_widths, with_embeddings
     from gnn_dist.nn.registry import build
     from gnn_dist.runtime.launch import describe_user_error
 
-    typed = {}
-    if graph.types is not None:
-        typed = {"feature_dims": tuple(graph.types.feature_dims), "edge_types": tuple(meta["edge_types"])}
+    dim = getattr(args, "embedding_dim", None) or args.hidden
+    width, dims = input_widths(graph, dim)
+    typed = {} if graph.types is None else {"feature_dims": dims, "edge_types": tuple(meta["edge_types"])}
     try:
-        return build(args.model, graph.num_features, num_classes, model_config(args, **typed))
+        model = with_embeddings(build(args.model, width, num_classes, model_config(args, **typed)), graph, dim, args.seed)
     except GnnDistError:
         raise
     except Exception as e:
         if getattr(args, "debug", False):
             raise
         raise UsageError(f"--model {args.model}: building the model failed: {describe_user_error(e)}") from None
+    if isinstance(model, Embedded) and ctx.is_main:
+        names = ", ".join(model.embeddings)
+        what = ("the graph has" if graph.types is None else
+                f"node types {names} have" if len(model.embeddings) > 1 else f"node type {names} has")
+        sys.stderr.write(f"[gnn-dist] note: {what} no features: a learnable {dim}-wide input row per node, held by its "
+                         f"owner (--embedding-dim)\n")
+    return model
 
 
 def tensorboard(args: argparse.Namespace, ctx):
@@ -318,12 +331,14 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
 
             traceback.print_exc()
         ctx.fail(describe_user_error(e), code=1, publish=True)
-    if ctx.is_main:
-        if args.save_model:
-            from gnn_dist.train.checkpoint import save_atomic
+    if args.save_model:  # every rank: learnable node rows are gathered to rank 0
+        from gnn_dist.train.checkpoint import model_state, save_atomic
 
-            state = {k: v.cpu() for k, v in model.state_dict().items()}
-            save_atomic({"model": state, "args": vars(args) | {"run": None}}, args.save_model)
+        state = model_state(model, ctx)
+        if ctx.is_main:
+            save_atomic({"model": {k: v.cpu() for k, v in state.items()}, "args": vars(args) | {"run": None}},
+                        args.save_model)
+    if ctx.is_main:
         if args.plot and history:
             from gnn_dist.cli.plots import plot_run
 

@@ -67,12 +67,18 @@ def hsbm(papers: int = 3000, authors: int = 2000, venues: int = 40, classes: int
                        name=f"hsbm-{papers}", num_classes=classes)
 
 
+def _features(x, count: int | None) -> np.ndarray:
+    """A node type's features; a type without any is width 0, and training gives it learnable rows."""
+    return np.zeros((count, 0), np.float32) if x is None else x
+
+
 def from_pyg(data, target: str, name: str = "typed", seed: int = 0) -> TypedGraph:
     """A PyG `HeteroData`; the `target` node type must hold `y` (masks optional: else a seeded split)."""
     node_types = list(data.node_types)
     if target not in node_types:
         raise UsageError(f"unknown node type '{target}' (node types: {', '.join(node_types)})")
-    x = {t: data[t].x.numpy() for t in node_types}
+    x = {t: _features(data[t].x.numpy() if getattr(data[t], "x", None) is not None else None, int(data[t].num_nodes))
+         for t in node_types}
     edge_types = [tuple(e) for e in data.edge_types]
     edges = {edge_type_str(e): tuple(a.numpy() for a in data[e].edge_index) for e in edge_types}
     masks = [getattr(data[target], m, None) for m in ("train_mask", "val_mask", "test_mask")]
@@ -85,8 +91,9 @@ def from_pyg(data, target: str, name: str = "typed", seed: int = 0) -> TypedGrap
 
 def from_npz(rest: str, seed: int = 0, spec: str | None = None) -> TypedGraph:
     """`hfile:PATH[?split=..&seed=..&val=..&target=..]`. Keys: `node_types`, `edge_types` (src:rel:dst strings),
-    `x:<type>`, `edge_index:<src:rel:dst>` (2, E), `target`, `y`, optional `train_mask`/`val_mask`/`test_mask`
-    (without them: a seeded split, and a note)."""
+    `x:<type>` (a type without it has no features: give `num_nodes`, per type in `node_types` order),
+    `edge_index:<src:rel:dst>` (2, E), `target`, `y`, optional `train_mask`/`val_mask`/`test_mask` (without
+    them: a seeded split, and a note)."""
     spec = spec or f"hfile:{rest}"
     path, options = split_spec(rest, spec, ("split", "seed", "val", "target"))
     path, target = Path(path), options.get("target")
@@ -102,10 +109,12 @@ def from_npz(rest: str, seed: int = 0, spec: str | None = None) -> TypedGraph:
                 raise UsageError(f"{path}: features for unknown node type '{key[2:]}'")
             if key.startswith("edge_index:") and key[11:] not in {edge_type_str(e) for e in edge_types}:
                 raise UsageError(f"{path}: edges for unknown edge type '{key[11:]}'")
-        x = {t: z[f"x:{t}"] for t in node_types if f"x:{t}" in z.files}
-        missing = [t for t in node_types if t not in x]
+        counts = dict(zip(node_types, (int(c) for c in z["num_nodes"]))) if "num_nodes" in z.files else {}
+        missing = [t for t in node_types if f"x:{t}" not in z.files and t not in counts]
         if missing:
-            raise DataError(f"{path}: node type '{missing[0]}' has no features (x:{missing[0]})")
+            raise DataError(f"{path}: node type '{missing[0]}' has no features (x:{missing[0]}) and the file has no "
+                            f"num_nodes array to count its nodes")
+        x = {t: _features(z[f"x:{t}"] if f"x:{t}" in z.files else None, counts.get(t)) for t in node_types}
         edges = {edge_type_str(e): tuple(z[f"edge_index:{edge_type_str(e)}"]) for e in edge_types
                  if f"edge_index:{edge_type_str(e)}" in z.files}
         if target not in node_types:
@@ -113,9 +122,7 @@ def from_npz(rest: str, seed: int = 0, spec: str | None = None) -> TypedGraph:
         masks = masks_or_split([z[m] if m in z.files else None for m in ("train_mask", "val_mask", "test_mask")],
                                z["y"], str(path.name), options.get("split"), number(options, "seed", spec, int, seed),
                                number(options, "val", spec, int, 30), spec, of=" for its target type")
-        counts = {t: int(x[t].shape[0]) for t in node_types}
-        if "num_nodes" in z.files:
-            counts = dict(zip(node_types, (int(c) for c in z["num_nodes"])))
+        counts = counts or {t: int(x[t].shape[0]) for t in node_types}
         return TypedGraph(node_types, counts, x, edge_types, edges, target, z["y"], *masks, name=path.stem)
     except KeyError as e:
         raise DataError(f"graph file {path} lacks the array {e}") from None

@@ -146,4 +146,8 @@ def build(spec: str, num_features: int, num_classes: int, config: ModelConfig) -
 
 def accepts_embed(model: nn.Module) -> bool:
     """Can `model(x, graph, embed=True)` give the input of its last layer (predict --output embeddings)?"""
+    from gnn_dist.nn.embedding import Embedded
+
+    if isinstance(model, Embedded):
+        return accepts_embed(model.model)
     return "embed" in inspect.signature(model.forward).parameters

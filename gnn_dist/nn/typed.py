@@ -165,7 +165,7 @@ class PyGTypedGNN(nn.Module):
         n = hg.total_nodes
         h = torch.zeros(n, self.input.out_channels, dtype=self.input.lins[0].weight.dtype)
         for lin, t in zip(self.input.lins, hg.node_types):
-            x = torch.from_numpy(hg.x[t]).to(h.dtype)
+            x = (hg.x[t] if torch.is_tensor(hg.x[t]) else torch.from_numpy(hg.x[t])).to(h.dtype)  # a tensor: learnable
             h = h.index_copy(0, torch.arange(off[t], off[t] + hg.num_nodes[t]), lin(x))
         ei = {k: torch.stack([torch.as_tensor(a, dtype=torch.int64) for a in hg.edges[k]]) for k in self.edge_types}
         for i, conv in enumerate(self.convs):

@@ -2,6 +2,12 @@
 
 Gradients travel in one flat bucket per step (one all-reduce, not one per
 parameter), with any scalars the loop wants summed riding along at the end.
+
+A *rank-local* parameter (`mark_rank_local`) holds only this rank's rows of a
+global table, such as learnable node embeddings: its rows live with their
+owner, like features, so it is neither broadcast nor all-reduced (its halo
+gradients come back through the exchange). `gather_rows` assembles the whole
+table on rank 0 for checkpoints and saved models.
 """
 from __future__ import annotations
 
@@ -25,18 +31,50 @@ def broadcast(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     return t
 
 
+def mark_rank_local(p: torch.nn.Parameter, rows: torch.Tensor, num_rows: int) -> torch.nn.Parameter:
+    """Declare `p` to hold rows `rows` (positions in a global table of `num_rows` rows) of this rank only."""
+    p.rank_rows, p.num_rows = rows.to(torch.int64).cpu(), int(num_rows)
+    return p
+
+
+def is_rank_local(p: torch.Tensor) -> bool:
+    return hasattr(p, "rank_rows")
+
+
+def replicated(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters every rank holds whole (all but the rank-local ones)."""
+    return [p for p in model.parameters() if not is_rank_local(p)]
+
+
+def gather_rows(t: torch.Tensor, rows: torch.Tensor, num_rows: int, ctx: DistContext) -> torch.Tensor | None:
+    """The global table whose rows `rows` this rank holds as `t`: on rank 0, in row order; None elsewhere."""
+    mine = (rows.numpy(), t.detach().cpu())
+    pieces = [None] * ctx.world_size if ctx.is_main else None
+    if ctx.world_size > 1:
+        dist.gather_object(mine, pieces, dst=0)
+    else:
+        pieces = [mine]
+    if not ctx.is_main:
+        return None
+    full = t.new_zeros((num_rows,) + tuple(t.shape[1:]), device="cpu")
+    for r, values in pieces:
+        full[torch.from_numpy(r)] = values
+    return full
+
+
 def sync_parameters(model: torch.nn.Module, ctx: DistContext) -> None:
     """Replicas start from rank 0's weights, whatever each rank's RNG did."""
     if ctx.world_size > 1:
-        for p in model.parameters():
+        for p in replicated(model):
             broadcast(p.data, ctx)
 
 
 def sum_gradients(model: torch.nn.Module, ctx: DistContext, extra: torch.Tensor) -> torch.Tensor:
-    """Sum every parameter's gradient over ranks in place; returns `extra` (1-D) summed as well."""
-    params = list(model.parameters())
+    """Sum every replicated parameter's gradient over ranks in place; returns `extra` (1-D) summed as well."""
+    params = replicated(model)
     grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
-    bucket = all_sum(torch.cat(grads + [extra.detach().reshape(-1).to(grads[0].dtype)]), ctx)
+    dtype = grads[0].dtype if grads else torch.float32
+    bucket = all_sum(torch.cat(grads + [extra.detach().reshape(-1).to(dtype)]), ctx)
     offset = 0
     for p, g in zip(params, grads):
         if p.grad is None:

@@ -145,9 +145,11 @@ class Loop:
         if not self.best or value > self.best["value"]:
             state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.best = {"value": value, "epoch": epoch, "model": state, "stale": 0}
-            if self.ckpt and self.ctx.is_main:
-                checkpoint.save_atomic({"epoch": epoch, "model": state, self.task.monitor: value},
-                                       self.ckpt.with_name("best.pt"))
+            if self.ckpt:
+                whole = checkpoint.model_state(self.model, self.ctx)  # every rank: rank-local rows are gathered
+                if self.ctx.is_main:
+                    checkpoint.save_atomic({"epoch": epoch, "model": whole, self.task.monitor: value},
+                                           self.ckpt.with_name("best.pt"))
             return False
         self.best["stale"] += 1
         return bool(self.early_stop) and self.best["stale"] >= self.early_stop
@@ -166,9 +168,10 @@ class Loop:
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, epoch: int) -> None:
+        """Every rank calls this (rank-local rows are gathered); rank 0 writes."""
+        model, opt = checkpoint.model_state(self.model, self.ctx), checkpoint.optimizer_state(self.opt, self.ctx)
         if self.ctx.is_main:
-            checkpoint.save_atomic({"epoch": epoch, "seed": self.seed, "model": self.model.state_dict(),
-                                    "optimizer": self.opt.state_dict(),
+            checkpoint.save_atomic({"epoch": epoch, "seed": self.seed, "model": model, "optimizer": opt,
                                     "schedule": self.sched.state_dict() if self.sched else None}, self.ckpt)
 
     def _resume(self) -> int:
@@ -180,8 +183,8 @@ class Loop:
             dist.broadcast_object_list(state, 0)
         if not state[0]:
             return 0
-        self.model.load_state_dict(state[0]["model"])
-        self.opt.load_state_dict(state[0]["optimizer"])
+        checkpoint.load_model_state(self.model, state[0]["model"])
+        checkpoint.load_optimizer_state(self.opt, state[0]["optimizer"])
         if self.sched is not None and state[0].get("schedule"):
             self.sched.load_state_dict(state[0]["schedule"])
         return int(state[0]["epoch"]) + 1
