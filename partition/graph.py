@@ -31,6 +31,7 @@ class Graph:
     edge_type: np.ndarray | None = None  # int64 [E]: relation of each edge (typed graphs)
     node_type: np.ndarray | None = None  # int64 [N]: type of each node (typed graphs)
     edge_attr: np.ndarray | None = None  # float32 [E, D]: edge features, CSR order
+    metric: str | None = None  # what its users report, where not the default (accuracy; micro-F1 if multi-label)
 
     def __post_init__(self) -> None:
         self.indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)

@@ -78,3 +78,26 @@ def test_multilabel_training_matches_one_pyg_process(graph_file, tmp_path, world
     losses, test_f1 = reference(g)
     np.testing.assert_allclose([rec["loss"] for rec in records], losses, rtol=1e-5, atol=1e-6)
     assert abs(records[-1]["test_f1"] - test_f1) < 1e-6 and "val f1" in r.stdout
+
+
+def test_proteins_rocauc_over_two_ranks_is_ogbs_evaluator_on_the_outputs(tmp_path):
+    """ogbn-proteins' layout at 2 ranks: each split's ROC-AUC in the log is the evaluator's on predict's logits."""
+    from gnn_dist.train.metrics import roc_auc
+    from tests.test_ogb_files import write_proteins
+
+    write_proteins(tmp_path, tasks=6, n=300, e=1500)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    part, log, model = tmp_path / "p", tmp_path / "log.jsonl", tmp_path / "m.pt"
+    r = run_cli("partition", "--dataset", "ogb:ogbn-proteins", "--data-dir", str(tmp_path), "--parts", "2", "--out",
+                str(part), env=env)
+    assert r.returncode == 0, r.stderr
+    for cmd in (["train", "--epochs", "8", "--quiet", "--log", str(log), "--save-model", str(model)],
+                ["predict", "--model-file", str(model), "--out", str(tmp_path / "o.npy")]):
+        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", *cmd, "--partition", str(part)],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+    final = json.loads(log.read_text().splitlines()[-1])
+    g = load_dataset("ogb:ogbn-proteins", data_dir=str(tmp_path))
+    logits = np.load(tmp_path / "o.npy")
+    for name, mask in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask)):
+        assert abs(final[f"{name}_rocauc"] - roc_auc(g.y[mask], logits[mask])) < 1e-6, name

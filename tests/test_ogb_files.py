@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gnn_dist.data import load_dataset
-from partition.errors import DataError
+from gnn_dist.train.metrics import roc_auc
+from partition.errors import DataError, UsageError
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
@@ -79,5 +80,94 @@ def test_missing_files_and_unsupported_sets_are_one_line(arxiv, tmp_path):
         load_dataset("ogb:ogbn-arxiv", data_dir=str(root))
     with pytest.raises(DataError, match="OGB's folder ogbn_products/ is not in"):
         load_dataset("ogb:ogbn-products", data_dir=str(root))
-    with pytest.raises(DataError, match="multi-label targets"):
-        load_dataset("ogb:ogbn-proteins", data_dir=str(root))
+    with pytest.raises(UsageError, match="node_features=edge_sum|edge_mean applies to ogbn-proteins"):
+        load_dataset("ogb:ogbn-arxiv?node_features=edge_mean", data_dir=str(root))
+
+
+def test_roc_auc_is_the_pairwise_probability_with_ties_counted_half():
+    rng = np.random.default_rng(2)
+    truth = (rng.random((300, 5)) < 0.3).astype(float)
+    truth[:, 4] = 1  # no negatives: left out, as OGB's evaluator leaves it out
+    truth[:7, 2] = np.nan  # unlabelled entries are skipped
+    scores = np.round(rng.standard_normal((300, 5)) + truth, 1)  # rounded: many ties
+    want = []
+    for t in range(4):
+        known = ~np.isnan(truth[:, t])
+        p, n = scores[known & (truth[:, t] == 1), t], scores[known & (truth[:, t] == 0), t]
+        want.append(((p[:, None] > n[None, :]).sum() + 0.5 * (p[:, None] == n[None, :]).sum()) / (len(p) * len(n)))
+    assert abs(roc_auc(truth, scores) - np.mean(want)) < 1e-12
+    assert np.isnan(roc_auc(np.ones((4, 1)), np.zeros((4, 1))))
+
+
+def write_proteins(root, tasks: int = 6, n: int = 80, e: int = 300):
+    """ogbn-proteins' layout, shrunk: undirected edges stored once with 8 edge features, binary tasks, no node
+    features, the 'species' split."""
+    rng = np.random.default_rng(4)
+    raw, split = root / "ogbn_proteins" / "raw", root / "ogbn_proteins" / "split" / "species"
+    edges = rng.integers(0, n, (e, 2))
+    feat = rng.random((e, 8)).round(3)
+    group = rng.integers(0, 2, n)
+    y = ((rng.random((n, tasks)) < 0.3) ^ (group[:, None] == (np.arange(tasks) % 2))).astype(int)
+    _csv(raw / "edge.csv.gz", edges)
+    _csv(raw / "edge-feat.csv.gz", feat)
+    _csv(raw / "node-label.csv.gz", y)
+    _csv(raw / "node_species.csv.gz", rng.integers(3702, 3710, n))
+    _csv(raw / "num-node-list.csv.gz", [n])
+    _csv(raw / "num-edge-list.csv.gz", [e])
+    perm = rng.permutation(n)
+    for name, idx in (("train", perm[: n // 2]), ("valid", perm[n // 2: 3 * n // 4]), ("test", perm[3 * n // 4:])):
+        _csv(split / f"{name}.csv.gz", idx)
+    return edges, feat, y
+
+
+def test_proteins_layout_multilabel_featureless_and_edge_feature_nodes(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    edges, feat, y = write_proteins(tmp_path)
+    g = load_dataset("ogb:ogbn-proteins", data_dir=str(tmp_path))
+    assert g.multilabel and g.num_classes == 6 and g.num_features == 0 and g.metric == "rocauc"
+    assert np.array_equal(g.y, y) and g.num_edges == 2 * len(edges)  # OGB's loader adds every reverse
+    g = load_dataset("ogb:ogbn-proteins?node_features=edge_mean", data_dir=str(tmp_path))
+    node = int(edges[0, 1])
+    into = np.r_[feat[edges[:, 1] == node], feat[edges[:, 0] == node]]  # both directions of its edges
+    np.testing.assert_allclose(g.x[node], into.mean(axis=0), rtol=1e-5)
+
+
+def write_mag(root):
+    """ogbn-mag's layout, shrunk: four node types, features for papers only, four relations, labels and the
+    'time' split for papers."""
+    rng = np.random.default_rng(5)
+    raw, split = root / "ogbn_mag" / "raw", root / "ogbn_mag" / "split" / "time"
+    counts = {"author": 40, "field_of_study": 12, "institution": 5, "paper": 60}
+    raw.mkdir(parents=True)
+    with gzip.open(raw / "num-node-dict.csv.gz", "wt") as fh:
+        fh.write(",".join(counts) + "\n" + ",".join(map(str, counts.values())) + "\n")
+    with gzip.open(raw / "nodetype-has-label.csv.gz", "wt") as fh:
+        fh.write(",".join(counts) + "\nFalse,False,False,True\n")
+    rels = [("author", "affiliated_with", "institution"), ("author", "writes", "paper"), ("paper", "cites", "paper"),
+            ("paper", "has_topic", "field_of_study")]
+    _csv(raw / "triplet-type-list.csv.gz", np.array(rels))
+    for h, r, t in rels:
+        e = np.stack([rng.integers(0, counts[h], 90), rng.integers(0, counts[t], 90)], 1)
+        _csv(raw / "relations" / f"{h}___{r}___{t}" / "edge.csv.gz", e)
+        _csv(raw / "relations" / f"{h}___{r}___{t}" / "num-edge-list.csv.gz", [90])
+    x = rng.standard_normal((60, 6)).astype(np.float32)
+    _csv(raw / "node-feat" / "paper" / "node-feat.csv.gz", x)
+    _csv(raw / "node-label" / "paper" / "node-label.csv.gz", rng.integers(0, 4, 60))
+    split.mkdir(parents=True)
+    with gzip.open(split / "nodetype-has-split.csv.gz", "wt") as fh:
+        fh.write(",".join(counts) + "\nFalse,False,False,True\n")
+    for name, idx in (("train", np.arange(30)), ("valid", np.arange(30, 45)), ("test", np.arange(45, 60))):
+        _csv(split / "paper" / f"{name}.csv.gz", idx)
+    return x
+
+
+def test_mag_layout_is_a_typed_graph_with_featureless_types(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    x = write_mag(tmp_path)
+    hg = load_dataset("ogb:ogbn-mag", data_dir=str(tmp_path))
+    assert hg.node_types == ["author", "field_of_study", "institution", "paper"] and hg.target == "paper"
+    np.testing.assert_allclose(hg.x["paper"], x, rtol=1e-6)
+    assert hg.x["author"].shape == (40, 0) and len(hg.edge_types) == 4 and hg.num_classes == 4
+    assert hg.train_mask.sum() == 30 and not (hg.train_mask & hg.test_mask).any()
+    hg = load_dataset("ogb:ogbn-mag?reverse=true", data_dir=str(tmp_path))
+    assert ("paper", "rev_writes", "author") in hg.edge_types and len(hg.edge_types) == 8

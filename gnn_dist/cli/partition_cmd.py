@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,
         "objective": kwargs.get("objective"), "balance": list(balance),
         "seed": args.seed, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-        "num_features": graph.num_features, "num_classes": graph.num_classes,
+        "num_features": graph.num_features, "num_classes": graph.num_classes, "metric": graph.metric,
         "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
         "node_types": None, "edge_types": None, "link_split": args.link_split,
         "constraints": constraint_balance(graph, parts, args.parts, balance),

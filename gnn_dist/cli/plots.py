@@ -59,7 +59,7 @@ def plot_partition(meta: dict, out: str | Path) -> Path:
 
 
 def plot_run(records: list[dict], out: str | Path) -> Path:
-    """Loss per epoch, and every accuracy or MSE the log holds, against epoch."""
+    """Loss per epoch, and every accuracy, F1, ROC-AUC or MSE the log holds, against epoch."""
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     epochs = [r["epoch"] for r in records]
@@ -67,7 +67,7 @@ def plot_run(records: list[dict], out: str | Path) -> Path:
     ax1.set_xlabel("epoch")
     ax1.set_ylabel("training loss")
     ax1.set_yscale("log")
-    metrics = sorted({k for r in records for k in r if k.endswith(("_acc", "_mse"))})
+    metrics = sorted({k for r in records for k in r if k.endswith(("_acc", "_f1", "_rocauc", "_mse"))})
     for m in metrics:
         pts = [(r["epoch"], r[m]) for r in records if m in r]
         ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="." if len(pts) < 30 else None, label=m)

@@ -233,9 +233,10 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
             f"test auc {f['test_auc']:.4f}" + best(f))
     from gnn_dist.train.node import Trainer
 
-    return model, lambda: Trainer(model, graph, ctx, **loop_options(args)), lambda f: (
+    return model, lambda: Trainer(model, graph, ctx, meta.get("metric"), **loop_options(args)), lambda f: (
         f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | "
-        + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in f.items() if k.endswith(("_acc", "_f1"))) + best(f))
+        + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in f.items() if k.endswith(("_acc", "_f1", "_rocauc")))
+        + best(f))
 
 
 def dynamic_setup(args: argparse.Namespace, ctx, meta: dict):

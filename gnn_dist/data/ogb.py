@@ -5,7 +5,11 @@ is `--data-dir ROOT` (or a data root's `ogb/` folder), holding OGB's folder for 
 `ROOT/ogbn_arxiv/`: `raw/edge.csv.gz`, `raw/node-feat.csv.gz`, `raw/node-label.csv.gz`,
 `raw/num-node-list.csv.gz`, and `split/<kind>/{train,valid,test}.csv.gz`; ogbn-papers100M keeps
 `raw/data.npz` and `raw/node-label.npz` instead of the CSV files. Edges are taken as OGB's loader
-takes them (ogbn-products adds every edge's reverse; `?reverse=true` does so for any set).
+takes them (ogbn-products and ogbn-proteins add every edge's reverse; `?reverse=true` does so for any
+set). ogbn-proteins has 112 binary tasks and no node features (nodes get learnable rows in training, or
+`?node_features=edge_mean|edge_sum` makes them from edge features as PyG's examples do), and is scored by
+ROC-AUC as OGB's evaluator scores it. ogbn-mag is a typed graph; its authors, institutions and fields have
+no features, and get learnable rows in training.
 
 Features stream, a block of rows at a time, into a float32 memory-mapped file in the cache folder and
 are never held twice: the graph's `x` is that map (papers100M's are about 57 GB, more than this
@@ -24,6 +28,7 @@ from gnn_dist.data.options import flag, split_spec
 from gnn_dist.data.paths import cache_dir, data_dirs
 from partition.errors import DataError, UsageError
 from partition.graph import Graph
+from partition.typed import TypedGraph, parse_edge_type
 
 # OGB's master table, for the node-property sets: split folder, whether its loader adds reverse edges,
 # whether the raw files are binary.
@@ -114,9 +119,12 @@ def _npz_shape(npz: Path, member: str) -> tuple[int, ...]:
 def _read_csv_set(raw: Path, name: str, key: str):
     n = int(_csv(_need(raw / "num-node-list.csv.gz", name), np.int64, name).sum())
     edges = _csv(_need(raw / "edge.csv.gz", name), np.int64, name)
-    with gzip.open(_need(raw / "node-feat.csv.gz", name), "rt") as fh:
-        width = len(fh.readline().split(","))
-    x = _feature_map(key, n, width, _csv_blocks(raw / "node-feat.csv.gz", np.float32, name))
+    if name == "ogbn-proteins":  # no node features in OGB's files: see `_edge_feature_nodes`
+        x = np.zeros((n, 0), np.float32)
+    else:
+        with gzip.open(_need(raw / "node-feat.csv.gz", name), "rt") as fh:
+            width = len(fh.readline().split(","))
+        x = _feature_map(key, n, width, _csv_blocks(raw / "node-feat.csv.gz", np.float32, name))
     y = _csv(_need(raw / "node-label.csv.gz", name), np.float64, name)
     return n, edges[:, 0], edges[:, 1], x, y
 
@@ -132,31 +140,103 @@ def _read_binary_set(raw: Path, name: str, key: str):
     return n, src, dst, x, y
 
 
-def load_ogb(rest: str, data_dir: str | None = None, seed: int = 0, spec: str | None = None) -> Graph:
-    spec = spec or f"ogb:{rest}"
-    name, options = split_spec(rest, spec, ("reverse",))
-    if name not in SETS:
-        raise UsageError(f"unknown OGB node-property set '{name}' (known: {', '.join(SETS)})")
-    if name in ("ogbn-proteins", "ogbn-mag"):
-        why = "multi-label targets" if name == "ogbn-proteins" else "node types without features"
-        raise DataError(f"ogb:{name} has {why}, which gnn-dist does not train yet")
-    split, inverse, binary = SETS[name]
-    folder = _folder(name, data_dir)
-    stamp = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted((folder / "raw").iterdir())]
-    key = f"{name}-{hashlib.sha1(repr(stamp).encode()).hexdigest()[:12]}"  # a new copy of the files, a new map
-    n, src, dst, x, y = (_read_binary_set if binary else _read_csv_set)(folder / "raw", name, key)
-    if inverse or flag(options, "reverse", spec):
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    y = np.asarray(y, np.float64).reshape(-1)
-    if y.shape[0] != n:
-        raise DataError(f"ogb:{name}: {y.shape[0]} labels for {n} nodes")
-    labels = np.where(np.isnan(y), -1, y).astype(np.int64)  # papers100M: NaN marks an unlabelled node
+def _edge_feature_nodes(raw: Path, n: int, src: np.ndarray, dst: np.ndarray, how: str, name: str) -> np.ndarray:
+    """ogbn-proteins' node features as PyG's examples make them: each node's incoming edge features, summed
+    or averaged (`?node_features=edge_sum|edge_mean`), over the edges OGB's loader gives (both directions)."""
+    feat = _csv(_need(raw / "edge-feat.csv.gz", name), np.float32, name)
+    if feat.shape[0] * 2 != src.shape[0]:
+        raise DataError(f"ogb:{name}: edge-feat.csv.gz has {feat.shape[0]} rows for {src.shape[0] // 2} edges")
+    feat = np.concatenate([feat, feat])  # the reverse edges carry their edge's features
+    x = np.zeros((n, feat.shape[1]), np.float64)
+    np.add.at(x, dst, feat)
+    if how == "edge_mean":
+        x /= np.maximum(np.bincount(dst, minlength=n), 1)[:, None]
+    return x.astype(np.float32)
+
+
+def _header_row(path: Path, name: str) -> dict[str, str]:
+    """A CSV of one header row (node type names) and one value row, as OGB's per-type tables are."""
+    with gzip.open(_need(path, name), "rt") as fh:
+        head, values = fh.readline().strip().split(","), fh.readline().strip().split(",")
+    if len(head) != len(values):
+        raise DataError(f"ogb:{name}: {path.name} has {len(head)} names and {len(values)} values")
+    return dict(zip(head, values))
+
+
+def _read_typed_set(folder: Path, name: str, key: str, split: str, reverse: bool) -> TypedGraph:
+    """ogbn-mag's layout: per-type counts, per-relation folders, features and labels per type, split per type.
+    Types and relations in OGB's order (sorted); `reverse` adds each relation's reverse as `rev_<rel>` (PyG's
+    ToUndirected names). Types without a node-feat file (authors, institutions, fields) have no features."""
+    raw = folder / "raw"
+    counts = {t: int(c) for t, c in sorted(_header_row(raw / "num-node-dict.csv.gz", name).items())}
+    with gzip.open(_need(raw / "triplet-type-list.csv.gz", name), "rt") as fh:
+        triplets = sorted(tuple(ln.strip().split(",")) for ln in fh if ln.strip())
+    edges = {}
+    for h, r, t in triplets:
+        e = _csv(_need(raw / "relations" / f"{h}___{r}___{t}" / "edge.csv.gz", name), np.int64, name)
+        edges[f"{h}:{r}:{t}"] = (e[:, 0], e[:, 1])
+        if reverse:
+            edges[f"{t}:rev_{r}:{h}"] = (e[:, 1], e[:, 0])
+    x = {}
+    for t, n in counts.items():
+        f = raw / "node-feat" / t / "node-feat.csv.gz"
+        if not f.is_file():
+            x[t] = np.zeros((n, 0), np.float32)
+            continue
+        with gzip.open(f, "rt") as fh:
+            width = len(fh.readline().split(","))
+        x[t] = _feature_map(f"{key}-{t}", n, width, _csv_blocks(f, np.float32, name))
+    labelled = [t for t, v in _header_row(raw / "nodetype-has-label.csv.gz", name).items() if v.strip() == "True"]
+    if len(labelled) != 1:
+        raise DataError(f"ogb:{name}: expected one labelled node type, nodetype-has-label.csv.gz names {labelled}")
+    target = labelled[0]
+    y = _csv(_need(raw / "node-label" / target / "node-label.csv.gz", name), np.int64, name).reshape(-1)
+    masks = _split_masks(folder / "split" / split / target, counts[target], name)
+    return TypedGraph(list(counts), counts, x, [parse_edge_type(k) for k in edges], edges, target, y, *masks,
+                      name=name)
+
+
+def _split_masks(folder: Path, n: int, name: str) -> list[np.ndarray]:
     masks = []
     for part in ("train", "valid", "test"):
-        idx = _csv(_need(folder / "split" / split / f"{part}.csv.gz", name), np.int64, name).reshape(-1)
+        idx = _csv(_need(folder / f"{part}.csv.gz", name), np.int64, name).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise DataError(f"ogb:{name}: split/{split}/{part}.csv.gz holds node id {int(idx.max())} of {n}")
+            raise DataError(f"ogb:{name}: {folder.name}/{part}.csv.gz holds node id {int(idx.max())} of {n}")
         m = np.zeros(n, bool)
         m[idx] = True
         masks.append(m)
-    return Graph.from_edges(src, dst, n, x, labels, *masks, name=name, num_classes=int(labels.max()) + 1)
+    return masks
+
+
+def load_ogb(rest: str, data_dir: str | None = None, seed: int = 0, spec: str | None = None) -> Graph | TypedGraph:
+    spec = spec or f"ogb:{rest}"
+    name, options = split_spec(rest, spec, ("reverse", "node_features"))
+    if name not in SETS:
+        raise UsageError(f"unknown OGB node-property set '{name}' (known: {', '.join(SETS)})")
+    how = options.get("node_features")
+    if how is not None and (name != "ogbn-proteins" or how not in ("edge_sum", "edge_mean")):
+        raise UsageError(f"{spec}: node_features=edge_sum|edge_mean applies to ogbn-proteins (got '{how}' for {name})")
+    split, inverse, binary = SETS[name]
+    folder = _folder(name, data_dir)
+    stamp = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted((folder / "raw").rglob("*"))]
+    key = f"{name}-{hashlib.sha1(repr(stamp).encode()).hexdigest()[:12]}"  # a new copy of the files, a new map
+    if name == "ogbn-mag":
+        return _read_typed_set(folder, name, key, split, flag(options, "reverse", spec))
+    n, src, dst, x, y = (_read_binary_set if binary else _read_csv_set)(folder / "raw", name, key)
+    if inverse or flag(options, "reverse", spec):
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    if how is not None:
+        x = _edge_feature_nodes(folder / "raw", n, src, dst, how, name)
+    y = np.asarray(y, np.float64)
+    y = y.reshape(-1) if y.ndim == 1 or y.shape[1] == 1 else y  # (N, T) with T > 1: a binary label per task
+    if y.shape[0] != n:
+        raise DataError(f"ogb:{name}: {y.shape[0]} labels for {n} nodes")
+    if y.ndim == 2:
+        labels, classes = y.astype(np.float32), y.shape[1]
+    else:
+        labels = np.where(np.isnan(y), -1, y).astype(np.int64)  # papers100M: NaN marks an unlabelled node
+        classes = int(labels.max()) + 1
+    masks = _split_masks(folder / "split" / split, n, name)
+    graph = Graph.from_edges(src, dst, n, x, labels, *masks, name=name, num_classes=classes)
+    graph.metric = "rocauc" if name == "ogbn-proteins" else None  # OGB's evaluator for proteins
+    return graph

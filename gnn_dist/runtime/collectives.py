@@ -62,6 +62,15 @@ def gather_rows(t: torch.Tensor, rows: torch.Tensor, num_rows: int, ctx: DistCon
     return full
 
 
+def all_concat(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Every rank's rows of `t`, concatenated in rank order, on every rank (CPU)."""
+    if ctx.world_size == 1:
+        return t.detach().cpu()
+    pieces = [None] * ctx.world_size
+    dist.all_gather_object(pieces, t.detach().cpu())
+    return torch.cat(pieces)
+
+
 def sync_parameters(model: torch.nn.Module, ctx: DistContext) -> None:
     """Replicas start from rank 0's weights, whatever each rank's RNG did."""
     if ctx.world_size > 1:

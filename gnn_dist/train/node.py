@@ -2,7 +2,8 @@
 
 Multi-label targets (y of shape (N, C), 0/1: Yelp, AmazonProducts) train with binary cross-entropy, the
 mean over every (training node, label) as PyG's examples take it, and report micro-F1 (a label is
-predicted where its logit is positive), the metric those data sets' users report.
+predicted where its logit is positive), the metric those data sets' users report; or, with
+`metric="rocauc"` (ogbn-proteins), the mean per-task ROC-AUC of OGB's evaluator.
 """
 from __future__ import annotations
 
@@ -14,17 +15,21 @@ import torch.nn.functional as F
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import input_dropout_key
 from gnn_dist.nn.norm import per_rank_batch_norms
-from gnn_dist.runtime.collectives import all_sum
+from gnn_dist.runtime.collectives import all_concat, all_sum
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train.loop import Loop
+from gnn_dist.train.metrics import roc_auc
 from partition.errors import DataError
 
 
 class NodeTask:
-    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext):
+    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, metric: str | None = None):
         self.model, self.graph, self.ctx = model, graph, ctx
         self.multilabel = graph.y.dim() == 2
-        self.monitor = "val_f1" if self.multilabel else "val_acc"
+        if metric not in (None, "rocauc") or (metric == "rocauc" and not self.multilabel):
+            raise DataError(f"metric '{metric}' is not one gnn-dist computes (rocauc needs multi-label targets)")
+        self.metric = metric or ("f1" if self.multilabel else "acc")
+        self.monitor = f"val_{self.metric}"
         self.num_train = int(all_sum(torch.tensor([float(graph.train_mask.sum())]), ctx)[0])
         if self.num_train == 0:
             raise DataError("no training nodes in the partition (train mask empty on every rank)")
@@ -49,6 +54,9 @@ class NodeTask:
         g = self.graph
         self.model.eval()  # no autograd, eval mode: every exchange is exact and leaves training state alone
         out = self.model(g.x, g)
+        if self.metric == "rocauc":
+            return {f"{name}_rocauc": roc_auc(all_concat(g.y[m], self.ctx).numpy(), all_concat(out[m], self.ctx).numpy())
+                    for name, m in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask))}
         if self.multilabel:
             return self._micro_f1(out > 0)
         pred = out.argmax(dim=1)
@@ -85,7 +93,8 @@ class NodeTask:
 class Trainer(Loop):
     """Full-graph node classification: `Trainer(model, part, ctx).fit(epochs)` (options: see `Loop`)."""
 
-    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, **options):
-        task = NodeTask(model.to(ctx.device), graph, ctx)
+    def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, metric: str | None = None,
+                 **options):
+        task = NodeTask(model.to(ctx.device), graph, ctx, metric)
         super().__init__(model, task, ctx, **options)
         self.graph, self.num_train = graph, task.num_train
