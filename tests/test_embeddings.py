@@ -35,6 +35,19 @@ def test_hash_rows_are_standard_normal_and_depend_on_seed_id_and_column_only():
     assert float(np.corrcoef(t[:, 0], t[:, 1])[0, 1]) < 0.03  # columns are not copies of each other
 
 
+def test_heterodata_types_without_x_become_featureless_types():
+    from torch_geometric.data import HeteroData
+
+    from gnn_dist.data.typed import from_pyg
+
+    data = HeteroData()
+    data["paper"].x, data["paper"].y = torch.randn(5, 3), torch.tensor([0, 1, 0, 1, 1])
+    data["author"].num_nodes = 4  # as PyG's OGB_MAG gives authors: a count, no x
+    data["author", "writes", "paper"].edge_index = torch.tensor([[0, 3], [1, 4]])
+    hg = from_pyg(data, "paper")
+    assert hg.x["author"].shape == (4, 0) and hg.x["paper"].shape == (5, 3)
+
+
 def _train(world: int, part: Path, log: Path, *extra: str) -> subprocess.CompletedProcess:
     r = subprocess.run([MPIEXEC, "-n", str(world), sys.executable, "-m", "gnn_dist", "train", "--partition", str(part),
                         "--dropout", "0", "--quiet", "--log", str(log), "--embedding-dim", str(DIM), *extra],

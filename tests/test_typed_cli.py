@@ -60,6 +60,7 @@ def _hfile(path: Path, **override) -> str:
     ({"edge_index:paper:cites:paper": np.array([[0], [1]])}, "edges for unknown edge type 'paper:cites:paper'"),
     ({"x:venue": np.zeros((2, 2), np.float32)}, "features for unknown node type 'venue'"),
     ({"target": np.array("venue")}, "unknown node type 'venue'"),
+    ({"x:author": None}, "node type 'author' has no features (x:author) and the file has no num_nodes array"),
     ({"x:paper": np.zeros((3, 3), np.float32)}, "features of node type 'paper' have shape (3, 3), expected (4, F)"),
     ({"edge_index:author:writes:paper": np.array([[0, 5], [0, 2]])}, "edge type 'author:writes:paper': source id 5 is out of range for 2 nodes"),  # noqa: E501
 ])
