@@ -28,7 +28,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def worker(part_dir: str, epochs: int, hidden: int, model: str) -> None:
+def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "cpu") -> None:
     """One rank: train `epochs` epochs, report mean epoch time after one warm-up and peak RSS."""
     import torch
     import torch.distributed as dist
@@ -39,7 +39,7 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str) -> None:
     from gnn_dist.train.node import Trainer
     from partition.store import read_meta
 
-    ctx = init(expected_world=read_meta(part_dir)["num_parts"])
+    ctx = init(backend="nccl" if device == "cuda" else "gloo", expected_world=read_meta(part_dir)["num_parts"])
     graph = load_partition(part_dir, ctx, verify=False)
     torch.manual_seed(0)
     net = build_model(model, graph.num_features, hidden, graph.num_classes, layers=2, dropout=0.5)
@@ -50,6 +50,8 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str) -> None:
     t = time.perf_counter()
     for e in range(1, epochs + 1):
         trainer.train_epoch(e)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
     dt = (time.perf_counter() - t) / epochs
     rss = [None] * ctx.world_size
     if ctx.world_size > 1:
@@ -76,7 +78,7 @@ def sparse_adj_t(g, model: str, net):
     return adj_t.to_sparse_csr()
 
 
-def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str) -> None:
+def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str, device: str = "cpu") -> None:
     """PyG single process on the whole graph, same model and optimizer; run in its own process for a clean RSS.
 
     `path` "adj_t": a normalised torch.sparse CSR adjacency (PyG's fastest CPU path); "edge_index": the
@@ -98,9 +100,11 @@ def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str) -> Non
         for conv in net.convs:
             conv.cached = model == "gcn"  # normalisation computed once
         ei = torch.stack([torch.from_numpy(a) for a in g.edge_index()])
-    x = torch.from_numpy(g.x)
-    y, tm = torch.from_numpy(g.y), torch.from_numpy(g.train_mask)
+    net, ei = net.to(device), ei.to(device)
+    x = torch.from_numpy(g.x).to(device)
+    y, tm = torch.from_numpy(g.y).to(device), torch.from_numpy(g.train_mask).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=5e-4)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step():
         opt.zero_grad()
@@ -108,9 +112,11 @@ def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str) -> Non
         opt.step()
 
     step()
+    sync()
     t = time.perf_counter()
     for _ in range(epochs):
         step()
+    sync()
     print("RESULT " + json.dumps({"epoch_s": (time.perf_counter() - t) / epochs, "rss_mb": [peak_rss_mb()],
                                  "threads": torch.get_num_threads()}))
 
@@ -130,18 +136,19 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--model", default="gcn")
     ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--pyg", default=None, choices=["adj_t", "edge_index"], help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        return worker(a.worker, a.epochs, a.hidden, a.model)
+        return worker(a.worker, a.epochs, a.hidden, a.model, a.device)
     if a.pyg:
-        return pyg_child(a.dataset, a.epochs, a.hidden, a.model, a.pyg)
+        return pyg_child(a.dataset, a.epochs, a.hidden, a.model, a.pyg, a.device)
 
     from gnn_dist.cli import main as cli
 
     me = [sys.executable, str(Path(__file__).resolve())]
-    common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model]
+    common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--device", a.device]
     rows = {"PyG adj_t": _result(me + ["--pyg", "adj_t", "--dataset", a.dataset] + common),
             "PyG edge_index": _result(me + ["--pyg", "edge_index", "--dataset", a.dataset] + common)}
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
