@@ -20,7 +20,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gnn_dist.runtime import codec, kernels  # noqa: E402
 
-
 SYNC = [lambda: None]  # torch.cuda.synchronize on a GPU: time the kernels, not their launch
 
 

@@ -159,3 +159,34 @@ def test_tensorboard_scalars_or_a_clear_line(tmp_path):
     else:
         assert r.returncode == 0, r.stderr
         assert any(f.name.startswith("events.out.tfevents") for f in (tmp_path / "tb").iterdir())
+
+
+@pytest.mark.slow
+def test_memory_report_counts_what_each_rank_holds(tmp_path):
+    """Two ranks on an SBM: one row per rank; features are exactly the rank's rows; the counted parts
+    stay below the process's peak; activations and optimizer state are there."""
+    import json
+
+    part = cli_partition(tmp_path, "sbm:nodes=4000,features=24,avg_degree=6,seed=2", 2)
+    log = tmp_path / "log.jsonl"
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(part),
+                        "--epochs", "2", "--hidden", "512", "--quiet", "--memory-report", "--log", str(log)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stderr.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("rank "))
+    keys = ["features", "graph and operators", "halo buffers", "activations", "parameters and gradients",
+            "optimizer state", "runtime", "sum", "peak RSS", "not attributed", "USS now"]
+    assert lines[head].split()[1:] == " ".join(keys).split()
+    meta = json.loads((part / "partition.json").read_text())
+    for rank in range(2):
+        row = dict(zip(keys, map(float, lines[head + 1 + rank].split()[1:])))
+        inner = meta["parts"][rank]["inner"]
+        assert abs(row["features"] - inner * 24 * 4 / 2**20) < 0.06  # printed to 0.1 MB
+        assert row["activations"] > 0 and row["halo buffers"] > 0
+        params = (24 * 512 + 512 + 512 * meta["num_classes"] + meta["num_classes"]) * 4 / 2**20
+        assert abs(row["parameters and gradients"] - 2 * params) < 0.06  # Adam: two moments per weight
+        assert abs(row["optimizer state"] - 2 * params) < 0.06
+        assert row["sum"] <= row["peak RSS"] and row["runtime"] > 100  # torch alone is a few hundred MB
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first["halo_bytes_all_ranks"] > 0  # the report reads the exchange's counters without resetting them

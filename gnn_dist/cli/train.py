@@ -60,6 +60,10 @@ def add_parser(sub) -> None:
     p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
+    p.add_argument("--memory-report", action="store_true",
+                   help="after the first epoch, print each rank's memory by what holds it: features, graph and "
+                        "operators, halo buffers, activations, parameters, optimizer state, runtime (static and "
+                        "typed graphs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--debug", action="store_true", help="an error in model code prints its whole traceback")
     p.set_defaults(run=run)
@@ -174,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.runtime.launch import init
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
+    if args.memory_report:
+        from gnn_dist.train.memory import resident_bytes
+
+        args.runtime_bytes = resident_bytes()  # before the partition is read: the runtime's own share
     torch.manual_seed(args.seed)
     setup = {"dynamic": dynamic_setup, "static": static_setup, "typed": static_setup}[kind]
     model, make_trainer, summary = setup(args, ctx, meta)
@@ -188,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
 
 # Flags that only some kinds of graph use: (default, kinds). Set elsewhere, they are refused, not ignored.
 KIND_FLAGS = {"window": (8, ("dynamic",)), "plans": ("incremental", ("dynamic",)), "no_plan_cache": (False, ("dynamic",)),
-              "normalize_features": (False, ("static",)), "relagg": (False, ("typed",)), "num_bases": (2, ("typed",))}
+              "normalize_features": (False, ("static",)), "relagg": (False, ("typed",)), "num_bases": (2, ("typed",)),
+              "memory_report": (False, ("static", "typed"))}
 
 
 def check_partition_kind(args: argparse.Namespace, meta: dict) -> str:
@@ -216,7 +225,8 @@ def loop_options(a: argparse.Namespace) -> dict:
     return dict(optimizer=a.optimizer, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed, log_path=a.log,
                 checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, eval_every=a.eval_every,
                 progress=not a.quiet, lr_schedule=a.lr_schedule, epochs=a.epochs, lr_step=a.lr_step,
-                lr_gamma=a.lr_gamma, early_stop=a.early_stop, keep_best=a.keep_best)
+                lr_gamma=a.lr_gamma, early_stop=a.early_stop, keep_best=a.keep_best,
+                memory_report=getattr(a, "runtime_bytes", None) if a.memory_report else None)
 
 
 def static_setup(args: argparse.Namespace, ctx, meta: dict):

@@ -64,7 +64,8 @@ class Loop:
                  lr: float = 0.01, weight_decay: float = 5e-4, seed: int = 0, log_path: str | None = None,
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
                  progress: bool = True, lr_schedule: str = "none", epochs: int = 0, lr_step: int = 50,
-                 lr_gamma: float = 0.5, early_stop: int = 0, keep_best: bool = False):
+                 lr_gamma: float = 0.5, early_stop: int = 0, keep_best: bool = False,
+                 memory_report: int | None = None):
         self.model, self.task, self.ctx = model.to(ctx.device), task, ctx
         self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])  # rank 0's seed rules
         self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
@@ -79,6 +80,7 @@ class Loop:
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.checkpoint_every, self.eval_every, self.progress = checkpoint_every, eval_every, progress
+        self.memory_report = memory_report  # the runtime's resident bytes before loading: report after one epoch
         sync_parameters(self.model, ctx)
         if log_path:  # why the run ended, even if the launcher drops our stderr: any rank that fails first
             ctx.on_fail.append(lambda message: _append_error(Path(log_path), ctx.rank, message))
@@ -99,7 +101,17 @@ class Loop:
         return float(total[0])
 
     def train_epoch(self, epoch: int) -> float:
-        loss = self.task.train_epoch(self, epoch)
+        graph = getattr(self.task, "graph", None)
+        if self.memory_report is not None and graph is not None:
+            from gnn_dist.train import memory
+
+            meter = memory.ActivationMeter(memory.known_storages(list(self.model.parameters()), graph.x))
+            with meter.measuring():
+                loss = self.task.train_epoch(self, epoch)
+            memory.print_reports(memory.report(graph, self.model, self.opt, meter.bytes, self.memory_report), self.ctx)
+            self.memory_report = None
+        else:
+            loss = self.task.train_epoch(self, epoch)
         if self.sched is not None:
             self.sched.step()
         return loss
