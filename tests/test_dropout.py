@@ -72,3 +72,21 @@ def test_keyed_masks_follow_the_node_not_the_row_and_change_with_the_key():
     b = keyed_dropout(x, ids, 0.5, key=2)
     assert (a != 0).float().mul((b != 0).float()).mean().item() == pytest.approx(0.25, abs=0.02)
     assert keyed_dropout(x, ids, 0.0, key=1) is x
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba not installed")
+def test_kernels_split_over_threads_give_the_same_bits(monkeypatch):
+    """Dropout's kernels run over ranges of elements on torch's threads; any split draws the same masks."""
+    x = torch.randn(3000, 40, requires_grad=True)
+    results = []
+    for min_chunk, threads in ((1 << 62, 1), (1000, 2), (1000, 3)):
+        monkeypatch.setattr(kernels, "MIN_CHUNK", min_chunk)
+        monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+        torch.manual_seed(7)
+        y = HashDropout.apply(x, 0.3)
+        (g,) = torch.autograd.grad((y * torch.arange(40.0)).sum(), x)
+        results.append((y.detach(), g))
+    for y, g in results[1:]:
+        assert torch.equal(y, results[0][0]) and torch.equal(g, results[0][1])
+    y, g = results[0]
+    torch.testing.assert_close(g, (y != 0).float() * torch.arange(40.0) / 0.7)  # backward keeps what forward kept

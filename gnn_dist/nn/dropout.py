@@ -35,7 +35,8 @@ class HashDropout(torch.autograd.Function):
         mask = torch.empty(flat.shape, dtype=torch.uint8)
         key = int(torch.randint(0, 2**62, (1,)))
         scale = 1.0 / (1.0 - p)
-        kernels.load().dropout_into(flat.numpy(), out.numpy(), mask.numpy(), _drop_below(p), scale, key)
+        kernels.in_ranges(kernels.load().dropout_into, flat.shape[0], flat.numpy(), out.numpy(), mask.numpy(),
+                          _drop_below(p), scale, key)
         ctx.save_for_backward(mask)
         ctx.scale = scale
         return out.view_as(x)
@@ -43,7 +44,13 @@ class HashDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (mask,) = ctx.saved_tensors
-        return grad.contiguous().view(-1).mul(mask).mul_(ctx.scale).view_as(grad), None
+        flat = grad.contiguous().view(-1)
+        if flat.dtype != torch.float32:
+            return flat.mul(mask).mul_(ctx.scale).view_as(grad), None
+        out = torch.empty_like(flat)
+        kernels.in_ranges(kernels.load().dropout_grad_into, flat.shape[0], flat.numpy(), mask.numpy(), ctx.scale,
+                          out.numpy())
+        return out.view_as(grad), None
 
 
 def _drop_below(p: float) -> int:

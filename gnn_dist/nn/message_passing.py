@@ -51,6 +51,8 @@ class HaloSpMM(torch.autograd.Function):
             if graph.overlap:
                 halo = pending.wait()
             out_m = out_m + spmm(op.halo, halo)
+        if out_m.shape[0] == 0 or out_c.shape[0] == 0:  # one block (a single part: all central): no copy
+            return out_c if out_m.shape[0] == 0 else out_m
         return torch.cat([out_c, out_m])
 
     @staticmethod

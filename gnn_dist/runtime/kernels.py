@@ -1,7 +1,14 @@
-"""Reaching the numba kernels (`gnn_dist.runtime.numba_kernels`) without importing numba before one is needed."""
+"""Reaching the numba kernels (`gnn_dist.runtime.numba_kernels`) without importing numba before one is needed,
+and running a kernel over ranges of its rows on torch's threads (the kernels release the GIL)."""
 from __future__ import annotations
 
 import importlib.util
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+MIN_CHUNK = 1 << 15  # below this many items per thread, one call is cheaper than handing out ranges
+_POOL: list = [None, 0]  # the executor and its size
 
 
 def available() -> bool:
@@ -14,3 +21,22 @@ def load():
     from gnn_dist.runtime import numba_kernels
 
     return numba_kernels
+
+
+def in_ranges(kernel, n: int, *args, weight: int = 1) -> None:
+    """kernel(lo, hi, *args) over [0, n), split into torch.get_num_threads() ranges run on a thread pool.
+
+    `weight`: work per item (e.g. a row's width), so small jobs stay on the calling thread.
+    """
+    threads = torch.get_num_threads()
+    parts = max(1, min(threads, n * weight // MIN_CHUNK))
+    if parts == 1:
+        kernel(0, n, *args)
+        return
+    if _POOL[1] != parts:
+        if _POOL[0] is not None:
+            _POOL[0].shutdown()
+        _POOL[0], _POOL[1] = ThreadPoolExecutor(parts, thread_name_prefix="gnn-dist-kernel"), parts
+    bounds = [n * i // parts for i in range(parts + 1)]
+    for f in [_POOL[0].submit(kernel, lo, hi, *args) for lo, hi in zip(bounds[:-1], bounds[1:])]:
+        f.result()

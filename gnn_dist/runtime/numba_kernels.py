@@ -155,15 +155,27 @@ def decode_into(payload, lo, scale, out, rows, add, bits):
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False)
-def dropout_into(x, out, mask, drop_below, scale, key):
-    """Flat float32 x -> out = x * scale where kept, else 0; mask = 1 where kept (kept: hash >= drop_below)."""
+def dropout_into(lo, hi, x, out, mask, drop_below, scale, key):
+    """Flat float32 x[lo:hi] -> out = x * scale where kept, else 0; mask = 1 where kept (kept: hash >= drop_below).
+
+    The mask of element i depends on (key, i) only, so any split of [0, n) into ranges gives the same result.
+    """
     key = np.uint64(key)
     threshold = np.uint64(drop_below)
     scale = np.float32(scale)  # as torch multiplies a float32 tensor by a Python float
-    for i in range(x.shape[0]):
+    for i in range(lo, hi):
         keep = _hash32(key, np.uint64(i)) >= threshold
         mask[i] = np.uint8(keep)
         out[i] = x[i] * (scale * np.float32(keep))  # branch-free: 1.4x faster than a select
+
+
+@nb.njit(cache=True, nogil=True, boundscheck=False)
+def dropout_grad_into(lo, hi, grad, mask, scale, out):
+    """Flat: out = grad * scale where the mask kept the element, else 0 (one pass; torch's uint8 product
+    and scale take two, with a dtype conversion)."""
+    scale = np.float32(scale)
+    for i in range(lo, hi):
+        out[i] = grad[i] * (scale * np.float32(mask[i]))
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False)
