@@ -40,8 +40,22 @@ def test_train_rgcn_with_and_without_relation_aggregates(hsbm2, tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         finals.append(json.loads(log.read_text().splitlines()[-1]))
     assert abs(finals[0]["loss"] - finals[1]["loss"]) < 1e-5  # exact either way
-    assert sum(finals[1]["halo"]["raf"]["bytes"]) > 0 and "raf" not in finals[0]["halo"]
+    raf = {k: v for k, v in finals[1]["halo"].items() if ".raf." in k}
+    assert sorted(raf) == ["bwd.raf.L0", "bwd.raf.L1", "fwd.raf.L0", "fwd.raf.L1"]  # per layer and direction
+    assert all(sum(v["bytes"]) > 0 for v in raf.values()) and not any(".raf." in k for k in finals[0]["halo"])
     assert "fwd.L0" not in finals[1]["halo"]  # every R-GCN layer took the aggregate path
+
+
+def test_heteroconv_channels_are_named_by_layer_and_relation(hsbm2, tmp_path):
+    log = tmp_path / "log.jsonl"
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(hsbm2),
+                        "--model", "hsage", "--epochs", "2", "--quiet", "--log", str(log)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    halo = json.loads(log.read_text().splitlines()[-1])["halo"]
+    meta = json.loads((hsbm2 / "partition.json").read_text())
+    want = {f"{d}.L{i}.{e}" for d in ("fwd", "bwd") for i in (0, 1) for e in meta["edge_types"]}
+    assert want <= set(halo), sorted(set(halo))
 
 
 def _hfile(path: Path, **override) -> str:

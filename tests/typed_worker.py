@@ -41,7 +41,7 @@ def main() -> None:
             trainer = Trainer(model, graph, ctx, lr=0.01, weight_decay=0.0, progress=False)
             la, ga = step0(model, graph, trainer)
             metrics = graph.exchange.epoch_metrics() if graph.exchange else {}
-            raf_bytes = sum(metrics["raf"]["bytes"]) if "raf" in metrics else 0  # counted only by the aggregate path
+            raf_bytes = sum(sum(c["bytes"]) for k, c in metrics.items() if ".raf." in k)  # only the aggregate path
             np.savez(out_dir / f"rgcn-relagg-rank{ctx.rank}.npz", logits=la.numpy(), raf_bytes=raf_bytes,
                      **{f"grad_{i}": g.numpy() for i, g in enumerate(ga)})
         np.savez(out_dir / f"{kind}-rank{ctx.rank}.npz", global_ids=graph.global_ids[: graph.num_inner],

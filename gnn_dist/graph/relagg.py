@@ -89,11 +89,12 @@ def build_plan(graph: LocalGraph, arrays: dict, rank: int) -> RelAggPlan:
 
 
 def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int], plan: RelAggPlan,
-                training: bool):
+                label: str):
+    """One all-to-all of raw rows and partial aggregates, counted under `label` ("fwd.raf.L0", "raf.eval")."""
     out = send.new_empty(out_rows, send.shape[1])
     work = dist.all_to_all_single(out, send, out_splits, in_splits, group=plan.group, async_op=True)
     if plan.exchange is not None:
-        stats = plan.exchange.stats["raf" if training else "raf.eval"]
+        stats = plan.exchange.stats[label]
         stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits)
     return out, work
 
@@ -104,14 +105,15 @@ class RelAggSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, plan: RelAggPlan, graph: LocalGraph, num_relations: int,
                 channel: str | None) -> torch.Tensor:
-        """`channel`: None when evaluating (counted as raf.eval); the sums are exact fp32 either way."""
-        ctx.plan, ctx.graph, ctx.num_relations = plan, graph, num_relations
+        """`channel`: the layer's ("L0": counted as fwd.raf.L0 and bwd.raf.L0), or None when evaluating
+        (raf.eval); the sums are exact fp32 either way."""
+        ctx.plan, ctx.graph, ctx.num_relations, ctx.channel = plan, graph, num_relations, channel
         blocks = []
         raw = x[plan.send_idx]
         for p, (rows, k) in enumerate(zip(torch.split(raw, plan.raw_send), plan.sums)):
             blocks += [rows] + ([plan.sums[p] @ x] if k is not None else [])
         recv, work = _all_to_all(torch.cat(blocks), sum(plan.recv_splits), plan.recv_splits, plan.send_splits, plan,
-                                  channel is not None)
+                                  f"fwd.raf.{channel}" if channel is not None else "raf.eval")
         op, n, nc, f = plan.op, graph.num_inner, graph.num_central, x.shape[1]
         out_c = op.central @ x if op.central.shape[0] else x.new_zeros(0, f)
         work.wait()
@@ -136,7 +138,8 @@ class RelAggSpMM(torch.autograd.Function):
         blocks = []
         for hb, pb in zip(torch.split(halo_g, plan.raw_recv), torch.split(partial_g, plan.agg_recv)):
             blocks += [hb, pb]
-        recv, work = _all_to_all(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits, plan, True)
+        recv, work = _all_to_all(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits, plan,
+                                  f"bwd.raf.{ctx.channel}")
         g_x = spmm(op.local_t, g_m)
         if nc:
             g_x += op.central_t @ g_c

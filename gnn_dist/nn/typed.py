@@ -116,6 +116,11 @@ class TypedGNN(nn.Module):
                                        for a, b in zip(dims[:-1], dims[1:]))
         else:
             raise ValueError(f"unknown typed model '{kind}' (choose rgcn or hsage)")
+        for i, conv in enumerate(self.convs):  # halo channels by layer, and by relation for HeteroConv's layers
+            conv.channel_label = f"L{i}"
+            if kind == "hsage":
+                for key in edge_types:
+                    conv.convs[tuple(key.split(":"))].channel_label = f"L{i}.{key}"
 
     def forward(self, x: torch.Tensor, graph: LocalGraph, embed: bool = False) -> torch.Tensor:
         """`x` is unused (the trainer passes graph.x): each node type's features come from graph.types."""

@@ -123,7 +123,8 @@ class HaloExchange:
         staleness, skip, adaptive or step state is touched, so it may run between any two steps.
         A training call gets "L<i>", i the owner's order of first training use (the same on every
         rank, as every rank runs the same model), or "L<i>.<k>" for the owner's k-th call within
-        one step. A step ends when gradients went back; a model that never sends any (one layer
+        one step; an owner with a `channel_label` attribute (e.g. "L0.author:writes:paper", set by
+        the typed models) is named by it instead. A step ends when gradients went back; a model that never sends any (one layer
         over input features) starts the next step when its first owner exchanges again.
         """
         if not training:
@@ -141,7 +142,8 @@ class HaloExchange:
         index = self._owners.setdefault(owner, len(self._owners))
         k = self._step_calls.get(owner, 0)
         self._step_calls[owner] = k + 1
-        return f"L{index}" if k == 0 else f"L{index}.{k}"
+        label = getattr(owner, "channel_label", None) or f"L{index}"
+        return label if k == 0 else f"{label}.{k}"
 
     def drain(self) -> None:
         """Wait for every background (stale) exchange still in flight: a process group must not close under one."""
