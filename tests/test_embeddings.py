@@ -103,7 +103,7 @@ def reference(g) -> tuple[list[float], torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2])  # 4 ranks: the resume test below trains its last epochs there
 def test_embedding_training_matches_one_pyg_process(featureless, tmp_path, world):
     g = load_dataset(f"file:{featureless}")
     assert g.num_features == 0

@@ -20,6 +20,14 @@ def _one_line(r, needle):
     one_error_line(r, needle, strict=False)  # launcher and note lines aside
 
 
+def _two_ranks(*args: str) -> subprocess.CompletedProcess:
+    """`mpiexec -n 2 gnn-dist ARGS`, which must succeed."""
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", *args], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r
+
+
 @pytest.fixture(scope="module")
 def hsbm2(tmp_path_factory):
     out = tmp_path_factory.mktemp("typed") / "h2"
@@ -34,10 +42,8 @@ def test_train_rgcn_with_and_without_relation_aggregates(hsbm2, tmp_path):
     finals = []
     for extra in ([], ["--relagg"]):
         log = tmp_path / f"log{len(extra)}.jsonl"
-        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(hsbm2),
-                            "--model", "rgcn", "--epochs", "5", "--dropout", "0", "--quiet", "--log", str(log), *extra],
-                           capture_output=True, text=True, timeout=300, cwd=ROOT)
-        assert r.returncode == 0, r.stderr[-2000:]
+        _two_ranks("train", "--partition", str(hsbm2), "--model", "rgcn", "--epochs", "5", "--dropout", "0", "--quiet",
+                   "--log", str(log), *extra)
         finals.append(json.loads(log.read_text().splitlines()[-1]))
     assert abs(finals[0]["loss"] - finals[1]["loss"]) < 1e-5  # exact either way
     raf = {k: v for k, v in finals[1]["halo"].items() if ".raf." in k}
@@ -48,10 +54,7 @@ def test_train_rgcn_with_and_without_relation_aggregates(hsbm2, tmp_path):
 
 def test_heteroconv_channels_are_named_by_layer_and_relation(hsbm2, tmp_path):
     log = tmp_path / "log.jsonl"
-    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(hsbm2),
-                        "--model", "hsage", "--epochs", "2", "--quiet", "--log", str(log)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
+    _two_ranks("train", "--partition", str(hsbm2), "--model", "hsage", "--epochs", "2", "--quiet", "--log", str(log))
     halo = json.loads(log.read_text().splitlines()[-1])["halo"]
     meta = json.loads((hsbm2 / "partition.json").read_text())
     want = {f"{d}.L{i}.{e}" for d in ("fwd", "bwd") for i in (0, 1) for e in meta["edge_types"]}
@@ -111,17 +114,11 @@ def test_typed_model_on_static_partition_and_relagg_rules(hsbm2, tmp_path):
 
 def test_predict_writes_the_target_type_unless_asked_for_all(hsbm2, tmp_path):
     model = tmp_path / "m.pt"
-    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(hsbm2),
-                        "--model", "rgcn", "--epochs", "3", "--quiet", "--save-model", str(model)],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
+    _two_ranks("train", "--partition", str(hsbm2), "--model", "rgcn", "--epochs", "3", "--quiet", "--save-model", str(model))
     outs = {}
     for extra in ([], ["--all-types"]):
         out = tmp_path / f"p{len(extra)}.npy"
-        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "predict", "--partition", str(hsbm2),
-                            "--model-file", str(model), "--out", str(out), *extra],
-                           capture_output=True, text=True, timeout=300, cwd=ROOT)
-        assert r.returncode == 0, r.stderr[-2000:]
+        _two_ranks("predict", "--partition", str(hsbm2), "--model-file", str(model), "--out", str(out), *extra)
         outs[len(extra)] = np.load(out)
     meta = json.loads((hsbm2 / "partition.json").read_text())
     t = meta["node_types"].index(meta["target_type"])
