@@ -82,13 +82,6 @@ def working_set_bytes(graph, method: str) -> int:
     return work + graph_bytes(graph) // 2
 
 
-def resident_bytes() -> int:
-    """This process's resident memory now: the interpreter, its libraries and the graph as loaded."""
-    import psutil
-
-    return int(psutil.Process().memory_info().rss)
-
-
 def run(args: argparse.Namespace) -> int:
     from gnn_dist.data import load_dataset
     from partition import build_parts, format_stats, partition_stats, write_partition
@@ -120,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     graph, links = hold_out_links(args, graph)
     if args.parts < 1 or args.parts > graph.num_nodes:
         raise UsageError(f"--parts must be between 1 and the number of nodes ({graph.num_nodes}), got {args.parts}")
+    from gnn_dist.runtime.malloc import resident_bytes
+
     now, work = resident_bytes(), working_set_bytes(graph, args.method)
     log(f"estimated peak memory {(now + work) / 2**30:.2f} GiB ({now / 2**30:.2f} GiB resident with the graph "
         f"loaded, plus the {args.method} working set {work / 2**30:.2f} GiB)")

@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"])
     if args.memory_report:
-        from gnn_dist.train.memory import resident_bytes
+        from gnn_dist.runtime.malloc import resident_bytes
 
         args.runtime_bytes = resident_bytes()  # before the partition is read: the runtime's own share
     torch.manual_seed(args.seed)
@@ -226,7 +226,7 @@ def loop_options(a: argparse.Namespace) -> dict:
                 checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, eval_every=a.eval_every,
                 progress=not a.quiet, lr_schedule=a.lr_schedule, epochs=a.epochs, lr_step=a.lr_step,
                 lr_gamma=a.lr_gamma, early_stop=a.early_stop, keep_best=a.keep_best,
-                memory_report=getattr(a, "runtime_bytes", None) if a.memory_report else None)
+                memory_report=getattr(a, "runtime_bytes", None))
 
 
 def static_setup(args: argparse.Namespace, ctx, meta: dict):

@@ -140,15 +140,16 @@ def _read_binary_set(raw: Path, name: str, key: str):
     return n, src, dst, x, y
 
 
-def _edge_feature_nodes(raw: Path, n: int, src: np.ndarray, dst: np.ndarray, how: str, name: str) -> np.ndarray:
+def _edge_feature_nodes(raw: Path, n: int, dst: np.ndarray, how: str, name: str) -> np.ndarray:
     """ogbn-proteins' node features as PyG's examples make them: each node's incoming edge features, summed
     or averaged (`?node_features=edge_sum|edge_mean`), over the edges OGB's loader gives (both directions)."""
     feat = _csv(_need(raw / "edge-feat.csv.gz", name), np.float32, name)
-    if feat.shape[0] * 2 != src.shape[0]:
-        raise DataError(f"ogb:{name}: edge-feat.csv.gz has {feat.shape[0]} rows for {src.shape[0] // 2} edges")
-    feat = np.concatenate([feat, feat])  # the reverse edges carry their edge's features
+    e = feat.shape[0]
+    if e * 2 != dst.shape[0]:
+        raise DataError(f"ogb:{name}: edge-feat.csv.gz has {e} rows for {dst.shape[0] // 2} edges")
     x = np.zeros((n, feat.shape[1]), np.float64)
-    np.add.at(x, dst, feat)
+    for c in range(feat.shape[1]):  # an edge's features reach both ends: it and its reverse
+        x[:, c] = np.bincount(dst[:e], feat[:, c], minlength=n) + np.bincount(dst[e:], feat[:, c], minlength=n)
     if how == "edge_mean":
         x /= np.maximum(np.bincount(dst, minlength=n), 1)[:, None]
     return x.astype(np.float32)
@@ -226,7 +227,7 @@ def load_ogb(rest: str, data_dir: str | None = None, seed: int = 0, spec: str | 
     if inverse or flag(options, "reverse", spec):
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
     if how is not None:
-        x = _edge_feature_nodes(folder / "raw", n, src, dst, how, name)
+        x = _edge_feature_nodes(folder / "raw", n, dst, how, name)
     y = np.asarray(y, np.float64)
     y = y.reshape(-1) if y.ndim == 1 or y.shape[1] == 1 else y  # (N, T) with T > 1: a binary label per task
     if y.shape[0] != n:

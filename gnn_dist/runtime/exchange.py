@@ -124,8 +124,9 @@ class HaloExchange:
         A training call gets "L<i>", i the owner's order of first training use (the same on every
         rank, as every rank runs the same model), or "L<i>.<k>" for the owner's k-th call within
         one step; an owner with a `channel_label` attribute (e.g. "L0.author:writes:paper", set by
-        the typed models) is named by it instead. A step ends when gradients went back; a model that never sends any (one layer
-        over input features) starts the next step when its first owner exchanges again.
+        the typed models) is named by it instead. A step ends when gradients went back; a model
+        that never sends any (one layer over input features) starts the next step when its first
+        owner exchanges again.
         """
         if not training:
             return None

@@ -1,5 +1,5 @@
 """Reaching the numba kernels (`gnn_dist.runtime.numba_kernels`) without importing numba before one is needed,
-and running a kernel over ranges of its rows on torch's threads (the kernels release the GIL)."""
+and running a kernel over ranges of its elements on torch's threads (the kernels release the GIL)."""
 from __future__ import annotations
 
 import importlib.util
@@ -23,13 +23,10 @@ def load():
     return numba_kernels
 
 
-def in_ranges(kernel, n: int, *args, weight: int = 1) -> None:
-    """kernel(lo, hi, *args) over [0, n), split into torch.get_num_threads() ranges run on a thread pool.
-
-    `weight`: work per item (e.g. a row's width), so small jobs stay on the calling thread.
-    """
-    threads = torch.get_num_threads()
-    parts = max(1, min(threads, n * weight // MIN_CHUNK))
+def in_ranges(kernel, n: int, *args) -> None:
+    """kernel(lo, hi, *args) over [0, n), split into torch.get_num_threads() ranges run on a thread pool
+    (small jobs stay on the calling thread)."""
+    parts = max(1, min(torch.get_num_threads(), n // MIN_CHUNK))
     if parts == 1:
         kernel(0, n, *args)
         return

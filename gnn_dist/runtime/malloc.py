@@ -22,6 +22,14 @@ MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit: larger requests are 
 TRIM_THRESHOLD = 1 << 30
 
 
+def resident_bytes() -> int:
+    """This process's resident memory now (what `gnn-dist partition` estimates from, and `--memory-report`
+    counts as the runtime's share before a partition is read)."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
 def keep_freed_memory() -> bool:
     """Tune glibc's malloc for reuse; returns whether it was applied (False off glibc or when disabled)."""
     if os.environ.get("GNN_DIST_MALLOC", "auto") == "system":

@@ -31,10 +31,6 @@ import torch.distributed as dist
 MB = 2**20
 
 
-def resident_bytes() -> int:
-    return int(psutil.Process().memory_info().rss)
-
-
 def _nbytes(obj, seen: set) -> int:
     """Bytes of every tensor or array reachable through tuples, lists and dicts, each storage once."""
     if isinstance(obj, torch.Tensor):
@@ -116,7 +112,7 @@ def report(graph, model: torch.nn.Module, opt: torch.optim.Optimizer, activation
     seen: set = set()  # each storage counted once, in the first category that holds it
     features, structure = _graph_parts(graph, seen)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
-    state = _nbytes([s for s in opt.state.values()], set())
+    state = _nbytes(list(opt.state.values()), set())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     uss = psutil.Process().memory_full_info().uss
     figures = {"features": features, "graph and operators": structure, "halo buffers": _halo_bytes(graph.exchange, seen),
