@@ -11,8 +11,17 @@ snapshot (halo derived from the edges and agreed with the peers), both
 re-deriving every epoch (no plan cache), against P=1, and with plans cached
 after the first epoch — all in one run.
 
+Part 3 (`--part sequence`): a long sequence of small graphs (740 snapshots of
+700 nodes, like PyG-Temporal's bus-traffic data), where every all-to-all's
+latency counts: PyG in one process against gnn-dist at P=1 and P=2, with one
+exchange per snapshot and convolution (`--snapshot-group 1`) and with
+automatic snapshot groups, at P=2 over gloo and over MPI (`--transport`); training plus evaluation per epoch (the best epoch:
+timing on a shared 2-core box varies by tens of percent between spells), and
+the all-to-alls each makes.
+
     python scripts/bench_dynamic.py --part accuracy
     python scripts/bench_dynamic.py --part speed
+    python scripts/bench_dynamic.py --part sequence
 """
 from __future__ import annotations
 
@@ -106,9 +115,62 @@ def speed(a: argparse.Namespace, tmp: Path) -> None:
         print(f"| {ranks} | {mode} | {ep:.3f} | {plan:.3f} | {ep / base:.2f} | {ep / p1:.2f} | {acc:.3f} |")
 
 
+def sequence(a: argparse.Namespace, tmp: Path) -> None:
+    """Long sequences of small graphs: PyG in one process against gnn-dist at P=1 and P, per-snapshot groups
+    (G=1, one exchange per snapshot and convolution) against automatic groups, training plus evaluation."""
+    seq = load_dataset(a.small)
+    print(f"{seq.name}: {seq.num_snapshots} snapshots of {seq.num_nodes} nodes, "
+          f"{sum(s.src.shape[0] for s in seq.snapshots) / seq.num_snapshots:.0f} edges per snapshot; "
+          f"hidden {a.hidden}, window {a.window}; best epoch of 2..{a.epochs} (PyG: of two such spells, "
+          f"before and after the gnn-dist runs)", flush=True)
+    for ranks in sorted({1, a.ranks}):
+        write_snapshot_partition(tmp / f"seq-{ranks}", seq, ranks)
+    print("\n| model | run | train s | eval s | epoch s | x PyG | all-to-alls per training step | "
+          "eval all-to-alls per snapshot | us per snapshot pass |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    passes = seq.num_train + seq.num_snapshots  # snapshot passes per epoch: training, then evaluation
+    for kind in a.models.split(","):
+        torch.manual_seed(0)
+        ref = ReferenceRun(to_pyg_dynamic(build_dynamic_model(kind, seq.num_features, a.hidden, seq.num_classes)),
+                           seq, a.window, lr=a.lr)
+        ref_times = reference_epochs(ref, a.epochs)[1:]  # again after the gnn-dist runs: the best of both spells
+        rows = []
+        # P=1; then P ranks as before (one exchange per snapshot, gloo), with groups, with groups over MPI (the
+        # default under mpiexec for plans this small)
+        for ranks, group, transport in ((1, 1, "auto"), (1, 0, "auto"), (a.ranks, 1, "gloo"), (a.ranks, 0, "gloo"),
+                                        (a.ranks, 0, "auto")):
+            recs = launch(tmp / f"seq-{ranks}", ranks, tmp / f"seq-{kind}-{ranks}-{group}-{transport}.jsonl", "--model",
+                          kind, "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--window", str(a.window),
+                          "--lr", str(a.lr), "--snapshot-group", str(group), "--transport", transport)[1:]
+            best = min(recs, key=lambda r: r["epoch_time"] + r["eval_time"])
+            label = f"gnn-dist P={ranks}, " + ("G=1" if group == 1 else "groups auto") + \
+                (f", {'mpi (auto)' if transport == 'auto' else transport}" if ranks > 1 else "")
+            rows.append((label, best["epoch_time"], best["eval_time"], recs[-1]["exchanges_per_step"],
+                         recs[-1]["eval_exchanges"] / seq.num_snapshots))
+        ref_times += reference_epochs(ref, a.epochs)[1:]
+        tr, ev = min(ref_times, key=sum)
+        base = tr + ev
+        print(f"| {kind} | PyG, 1 process | {tr:.2f} | {ev:.2f} | {base:.2f} | 1.00 | | | {base / passes * 1e6:.0f} |")
+        for label, tr, ev, per_step, per_eval in rows:
+            print(f"| {kind} | {label} | {tr:.2f} | {ev:.2f} | {tr + ev:.2f} | {(tr + ev) / base:.2f} | "
+                  f"{per_step:.2f} | {per_eval:.2f} | {(tr + ev) / passes * 1e6:.0f} |", flush=True)
+
+
+def reference_epochs(ref: ReferenceRun, epochs: int) -> list[tuple[float, float]]:
+    """(train s, eval s) of each epoch of the PyG run."""
+    times = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        ref.train_epoch()
+        t1 = time.perf_counter()
+        ref.evaluate()
+        times.append((t1 - t0, time.perf_counter() - t1))
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["accuracy", "speed"], default="accuracy")
+    ap.add_argument("--part", choices=["accuracy", "speed", "sequence"], default="accuracy")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=None, help="default 30 (accuracy), 8 (speed)")
     ap.add_argument("--seeds", type=int, default=3)
@@ -118,10 +180,15 @@ def main() -> None:
     ap.add_argument("--model", default="gcrn", help="speed part: evolvegcn | gcrn")
     ap.add_argument("--dsbm", default="dsbm:nodes=50000,communities=8,snapshots=12,avg_degree=10,drift=0.05,"
                                       "features=32,signal=0.4,seed=0")
+    ap.add_argument("--small", default="dsbm:nodes=700,snapshots=740,avg_degree=2,features=4",
+                    help="sequence part: a long sequence of small graphs")
+    ap.add_argument("--models", default="gcrn,evolvegcn", help="sequence part")
     a = ap.parse_args()
-    a.epochs = a.epochs or (30 if a.part == "accuracy" else 8)
+    a.epochs = a.epochs or {"accuracy": 30, "speed": 8, "sequence": 4}[a.part]
+    if a.part == "sequence" and a.ranks == 4 and "--ranks" not in sys.argv:
+        a.ranks = 2
     with tempfile.TemporaryDirectory() as d:
-        (accuracy if a.part == "accuracy" else speed)(a, Path(d))
+        {"accuracy": accuracy, "speed": speed, "sequence": sequence}[a.part](a, Path(d))
 
 
 if __name__ == "__main__":

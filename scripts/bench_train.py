@@ -28,7 +28,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "cpu") -> None:
+def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "cpu", transport: str = "auto") -> None:
     """One rank: train `epochs` epochs, report mean epoch time after one warm-up and peak RSS."""
     import torch
     import torch.distributed as dist
@@ -39,7 +39,8 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
     from gnn_dist.train.node import Trainer
     from partition.store import read_meta
 
-    ctx = init(backend="nccl" if device == "cuda" else "gloo", expected_world=read_meta(part_dir)["num_parts"])
+    ctx = init(backend="nccl" if device == "cuda" else "gloo", expected_world=read_meta(part_dir)["num_parts"],
+               transport=transport)
     graph = load_partition(part_dir, ctx, verify=False)
     torch.manual_seed(0)
     net = build_model(model, graph.num_features, hidden, graph.num_classes, layers=2, dropout=0.5)
@@ -137,11 +138,14 @@ def main() -> None:
     ap.add_argument("--model", default="gcn")
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--transports", default="auto",
+                    help="comma-separated CPU halo transports to run P > 1 with, side by side (auto: small plans over MPI)")
+    ap.add_argument("--transport", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--pyg", default=None, choices=["adj_t", "edge_index"], help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        return worker(a.worker, a.epochs, a.hidden, a.model, a.device)
+        return worker(a.worker, a.epochs, a.hidden, a.model, a.device, a.transport)
     if a.pyg:
         return pyg_child(a.dataset, a.epochs, a.hidden, a.model, a.pyg, a.device)
 
@@ -157,7 +161,9 @@ def main() -> None:
             d = Path(tmp) / f"p{p}"
             if cli(["partition", "--dataset", a.dataset, "--parts", str(p), "--out", str(d)]) != 0:
                 raise SystemExit("partitioning failed")
-            rows[f"gnn-dist P={p}"] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d)] + common)
+            for t in a.transports.split(",") if p > 1 else ["auto"]:
+                name = f"gnn-dist P={p}" + (f" {t}" if p > 1 and "," in a.transports else "")
+                rows[name] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d), "--transport", t] + common)
     base, p1 = rows["PyG adj_t"]["epoch_s"], rows.get("gnn-dist P=1", {}).get("epoch_s")
     print(f"\n{a.dataset}, {a.model}, 2 layers, hidden {a.hidden}, {a.epochs} timed epochs, {os.cpu_count()} cores")
     print(f"{'configuration':<18} {'threads/rank':>12} {'epoch s':>9} {'vs PyG':>7} {'vs P=1':>7} {'peak RSS/rank MB':>18}")

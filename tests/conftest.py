@@ -47,6 +47,15 @@ def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> sub
     return r
 
 
+def run_mpi(world: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`mpiexec -n WORLD gnn-dist ARGS` from the checkout, which must succeed (its stderr tail on failure)."""
+    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    r = subprocess.run([mpiexec, "-n", str(world), sys.executable, "-m", "gnn_dist", *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r
+
+
 def write_npz_graph(path: Path, src, dst, x, y, **extra) -> Path:
     np.savez(path, src=np.asarray(src), dst=np.asarray(dst), x=np.asarray(x), y=np.asarray(y), **extra)
     return path

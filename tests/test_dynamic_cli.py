@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, cli_partition, one_error_line, run_cli
+from tests.conftest import ROOT, cli_partition, one_error_line, run_cli, run_mpi
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
@@ -54,11 +54,28 @@ def test_train_gcrn_on_two_ranks_reports_mse_and_baseline(covid2, tmp_path):
         assert rec["halo_bytes_all_ranks"] > rec["halo_bytes"] > 0
 
 
+def test_adaptive_bits_and_staleness_keep_state_per_snapshot_group(covid2, tmp_path):
+    """Per-channel state lives in each snapshot's (and group's) exchange, across epochs."""
+    runs = {}
+    for name, extra in {"fp32": [], "adaptive": ["--codec", "adaptive"], "stale": ["--staleness", "1"]}.items():
+        log = tmp_path / f"{name}.jsonl"
+        run_mpi(2, "train", "--partition", covid2, "--model", "gcrn", "--hidden", "16", "--epochs", "3", "--window", "6",
+                "--quiet", "--eval-every", "0", "--log", log, *extra)
+        runs[name] = [json.loads(line) for line in log.read_text().splitlines()]
+    fp32, adaptive, stale = runs["fp32"], runs["adaptive"], runs["stale"]
+    # solved after epoch 1: the budget (uniform int4) holds, and the loss stays close to exact messages
+    assert adaptive[2]["halo_bytes_all_ranks"] < 0.3 * fp32[2]["halo_bytes_all_ranks"]
+    assert abs(adaptive[2]["loss"] - fp32[2]["loss"]) < 0.05 * fp32[2]["loss"]
+    # the first epoch has nothing older than itself; later ones use the block of the epoch before
+    assert stale[0]["loss"] == fp32[0]["loss"] and stale[2]["loss"] != fp32[2]["loss"]
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--window", "100"], "--window 100 is longer than the 42 training snapshots"),
     (["--model", "gcn"], "holds a dynamic graph (snapshots); --model gcn does not apply"),
     (["--model", "gcrn", "--layers", "2"], "gcrn has one recurrent layer"),
-    (["--staleness", "1"], "adaptive, staleness and skipping apply to static graphs"),
+    (["--staleness", "1", "--no-plan-cache"], "need the plan cache (drop --no-plan-cache)"),
+    (["--snapshot-group", "-1"], "--snapshot-group must be >= 0"),
     (["--early-stop", "3"], "--early-stop and --keep-best need a validation metric"),
     (["--normalize-features"], "--normalize-features applies to static graphs"),
 ])

@@ -64,20 +64,23 @@ def test_dynamic_models_match_single_process_pyg(world, sequences, references, t
     for name, seq in sequences.items():
         for kind in DYNAMIC_MODELS:
             ref_preds, ref_grads, ref_losses = references[(name, kind)]
-            preds = np.zeros(tuple(ref_preds.shape), np.float32)
+            preds = {"": np.zeros(tuple(ref_preds.shape), np.float32), "g2_": np.zeros(tuple(ref_preds.shape), np.float32)}
             for rank in range(world):
                 z = np.load(out / f"{name}-{kind}-rank{rank}.npz")
                 assert bool(z["variants_identical"]), f"{name}/{kind}: no-overlap or rebuilt plans differ"
-                preds[:, z["global_ids"]] = z["preds"]
-                grads, losses, q = [z[f"grad_{i}"] for i in range(len(ref_grads))], z["losses"], z["int4_losses"]
-                for i, (a, b) in enumerate(zip(grads, ref_grads)):
-                    np.testing.assert_allclose(a, b.float().numpy(), rtol=1e-5, atol=1e-6,
-                                               err_msg=f"{name}/{kind} grad {i}, P={world}")
-                np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, err_msg=f"{name}/{kind} losses, P={world}")
+                for v in preds:  # default groups (a window each), and groups of 2 straddling nothing
+                    preds[v][:, z["global_ids"]] = z[f"{v}preds"]
+                    for i, b in enumerate(ref_grads):
+                        np.testing.assert_allclose(z[f"{v}grad_{i}"], b.float().numpy(), rtol=1e-5, atol=1e-6,
+                                                   err_msg=f"{name}/{kind} {v}grad {i}, P={world}")
+                    np.testing.assert_allclose(z[f"{v}losses"], ref_losses, rtol=1e-5,
+                                               err_msg=f"{name}/{kind} {v}losses, P={world}")
+                losses, q = z["losses"], z["int4_losses"]
                 if world > 1:  # int4 messages: close, but quantisation really happened
                     assert np.abs(q - losses).max() < 5e-2 * np.abs(losses).max()
                     if name == "dsbm":  # covid's cut edges carry tiny normalised weights: int4 barely shows there
                         assert not np.allclose(q, losses, rtol=0, atol=1e-6), f"{name}/{kind}: int4 changed nothing"
 
-            np.testing.assert_allclose(preds, ref_preds.float().numpy(), rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{name}/{kind} predictions, P={world}")
+            for v, p in preds.items():
+                np.testing.assert_allclose(p, ref_preds.float().numpy(), rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{name}/{kind} {v}predictions, P={world}")

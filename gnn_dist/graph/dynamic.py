@@ -15,29 +15,24 @@ maps them back to the fixed union order in which node series and state live.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from gnn_dist.graph.local import LocalGraph
+from gnn_dist.graph.snapshot_group import SnapshotGraph, SnapshotGroup, block_diagonal
+from gnn_dist.runtime import transport
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
 from gnn_dist.runtime.launch import DistContext
-from partition.errors import LaunchError, PartitionFormatError
+from partition.errors import LaunchError, PartitionFormatError, UsageError
 from partition.graph import concat_ranges
 from partition.store import ragged_item, read_meta, read_part, read_snapshots
 
 MODES = ("incremental", "rebuild")
-
-
-@dataclass
-class SnapshotGraph:
-    graph: LocalGraph
-    perm: torch.Tensor  # row r of the graph is union inner row perm[r]
-    inv: torch.Tensor  # union inner row i is graph row inv[i]
 
 
 class SnapshotSequence:
@@ -51,7 +46,14 @@ class SnapshotSequence:
         if meta["num_parts"] != ctx.world_size:
             raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts")
         self.meta, self.ctx, self.mode, self.cache, self.overlap = meta, ctx, mode, cache, overlap
-        self.config = exchange or ExchangeConfig()
+        self.config = (exchange or ExchangeConfig()).validate()
+        # adaptive bits, staleness and skipping keep per-channel state in each snapshot's (and group's) exchange
+        # across epochs: every snapshot then gets its own exchange, and the links are measured once, not per exchange
+        c = self.config
+        self.stateful = ctx.world_size > 1 and (c.codec == "adaptive" or c.staleness > 0 or c.skip_threshold > 0)
+        if self.stateful and not cache:
+            raise UsageError("adaptive bit-widths, staleness and skipping keep state per snapshot group across "
+                             "epochs, so they need the plan cache (drop --no-plan-cache)")
         plan = read_part(path, ctx.rank, meta, verify=verify)
         self.diffs = read_snapshots(path, ctx.rank, meta)
         self.num_snapshots, self.num_train = int(meta["num_snapshots"]), int(meta["num_train_snapshots"])
@@ -66,7 +68,16 @@ class SnapshotSequence:
         self.halo_owner = np.repeat(np.arange(ctx.world_size), plan.recv_counts)
         self.send_bounds = np.concatenate(([0], np.cumsum(plan.send_counts)))
         self.recv_bounds = np.concatenate(([0], np.cumsum(plan.recv_counts)))
+        # one transport for every snapshot's and group's exchange, agreed here from the union plan (a snapshot's
+        # halo is part of it): exchanges are built apart on each rank, where no collective may run
+        self.mpi = ctx.world_size > 1 and transport.agree_small(
+            ctx.halo_group, max(int(np.sum(plan.recv_counts)), int(plan.send_idx.shape[0])))
+        if c.codec == "adaptive" and ctx.world_size > 1 and not c.links:
+            probe = HaloExchange(torch.zeros(0, dtype=torch.int64, device=ctx.device), [0] * ctx.world_size,
+                                 [0] * ctx.world_size, ctx.halo_group, c, ctx.rank, mpi=self.mpi)
+            self.config = dataclasses.replace(c, links=probe.policy.links)
         self._cached: list[SnapshotGraph] = []
+        self._groups: dict[tuple[int, int], SnapshotGroup] = {}  # block-diagonal groups by span, kept with the cache
         self.plan_seconds = 0.0  # time spent deriving plans, summed over all passes
         self._seen: dict[int, HaloExchange] = {}  # exchanges used since the last `take_bytes`
         self._last: SnapshotGraph | None = None  # the snapshot most recently handed out
@@ -107,7 +118,7 @@ class SnapshotSequence:
                 key, w = np.insert(key, at, part("add_key")), np.insert(w, at, part("add_w"))
             if self.mode == "incremental":
                 if unchanged and prev is not None:
-                    sg = prev
+                    sg = prev if not self.stateful else own_exchange(prev)
                 else:
                     recv, send, marg = recv.copy(), send.copy(), marg.copy()
                     for arr, name in ((recv, "recv_flip"), (send, "send_flip"), (marg, "marg_flip")):
@@ -125,6 +136,22 @@ class SnapshotSequence:
                 self._resume = (key, w, recv, send, marg, prev)
             yield sg
 
+    def groups(self, spans: list[tuple[int, int]]):
+        """(t0, t1, SnapshotGroup) for consecutive spans from snapshot 0 (`snapshot_group.spans`); cached with the plans."""
+        snaps = iter(self)
+        for t0, t1 in spans:
+            members = [next(snaps) for _ in range(t1 - t0)]
+            group = self._groups.get((t0, t1)) if self.cache else None
+            if group is None:
+                t = time.perf_counter()
+                group = block_diagonal(members)
+                self.plan_seconds += time.perf_counter() - t
+                if self.cache:
+                    self._groups[(t0, t1)] = group
+            if group.graph.exchange is not None:
+                self._seen[id(group.graph.exchange)] = group.graph.exchange
+            yield t0, t1, group
+
     def _derive(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rebuild: halo and marginal rows from the edges, send rows agreed with every peer."""
         rows, cols = key // self.num_local, key % self.num_local
@@ -140,10 +167,10 @@ class SnapshotSequence:
             dev = self.ctx.device
             counts = torch.tensor([w.shape[0] for w in want], dtype=torch.int64, device=dev)
             their = torch.empty_like(counts)
-            dist.all_to_all_single(their, counts, group=self.ctx.halo_group)
+            transport.all_to_all(their, counts, group=self.ctx.halo_group, mpi=True)  # a few ints, waited at once
             asked = torch.empty(int(their.sum()), dtype=torch.int64, device=dev)
-            dist.all_to_all_single(asked, torch.from_numpy(np.concatenate(want)).to(dev),
-                                   their.tolist(), counts.tolist(), group=self.ctx.halo_group)
+            transport.all_to_all(asked, torch.from_numpy(np.concatenate(want)).to(dev),
+                                 their.tolist(), counts.tolist(), group=self.ctx.halo_group, mpi=True)
             offs = np.repeat(self.send_bounds[:-1], their.cpu().numpy())
             send[asked.cpu().numpy() + offs] = True
         return recv, send, marg
@@ -172,7 +199,7 @@ class SnapshotSequence:
             ex = HaloExchange(torch.from_numpy(inv[self.union_send_idx[sel]]).to(dev),
                               np.bincount(self.send_peer[sel], minlength=self.ctx.world_size).tolist(),
                               np.bincount(self.halo_owner[halo], minlength=self.ctx.world_size).tolist(),
-                              self.ctx.halo_group, self.config, self.ctx.rank)
+                              self.ctx.halo_group, self.config, self.ctx.rank, mpi=self.mpi)
         empty = torch.zeros(n_in, 0, device=dev)
         no = torch.zeros(n_in, dtype=torch.bool, device=dev)
         graph = LocalGraph(
@@ -184,15 +211,29 @@ class SnapshotSequence:
             device=dev, part=self.ctx.rank, num_parts=self.ctx.world_size, self_loop=d["self_loop"][t][local])
         return SnapshotGraph(graph, torch.from_numpy(perm).to(dev), torch.from_numpy(inv).to(dev))
 
-    def take_bytes(self) -> int:
-        """Bytes this rank sent in training exchanges since the last call (and reset the counters)."""
-        total = 0
-        for sg in self._cached:
-            if sg.graph.exchange is not None:
-                self._seen[id(sg.graph.exchange)] = sg.graph.exchange
+    def take_traffic(self) -> dict:
+        """Bytes this rank sent, and all-to-alls it made, in training and in evaluation since the last call."""
+        out = {"halo_bytes": 0, "exchanges": 0, "eval_exchanges": 0}
+        for g in self._cached + list(self._groups.values()):
+            if g.graph.exchange is not None:
+                self._seen[id(g.graph.exchange)] = g.graph.exchange
         for ex in self._seen.values():
             for name, rec in ex.epoch_metrics().items():
-                if not name.endswith("eval"):
-                    total += sum(rec["bytes"])
+                if name.endswith("eval"):
+                    out["eval_exchanges"] += rec["calls"]
+                else:
+                    out["halo_bytes"] += sum(rec["bytes"])
+                    out["exchanges"] += rec["calls"]
         self._seen = {}
-        return total
+        return out
+
+
+def own_exchange(sg: SnapshotGraph) -> SnapshotGraph:
+    """The same snapshot graph (structure and operators shared) with an exchange of its own."""
+    ex = sg.graph.exchange
+    if ex is None:
+        return sg
+    graph = copy.copy(sg.graph)
+    graph.exchange = HaloExchange(ex.send_idx, ex.send_counts, ex.recv_counts, ex.group, ex.config, ex.rank,
+                                  mpi=ex.over_mpi())
+    return SnapshotGraph(graph, sg.perm, sg.inv)

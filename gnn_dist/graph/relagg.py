@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 import torch
-import torch.distributed as dist
 
 from gnn_dist.graph.local import LocalGraph, SplitOperator, _to_torch_csr, spmm
+from gnn_dist.runtime import transport
 
 
 @dataclass
@@ -92,7 +92,7 @@ def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_spl
                 label: str):
     """One all-to-all of raw rows and partial aggregates, counted under `label` ("fwd.raf.L0", "raf.eval")."""
     out = send.new_empty(out_rows, send.shape[1])
-    work = dist.all_to_all_single(out, send, out_splits, in_splits, group=plan.group, async_op=True)
+    work = transport.all_to_all(out, send, out_splits, in_splits, group=plan.group, async_op=True)
     if plan.exchange is not None:
         stats = plan.exchange.stats[label]
         stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits)

@@ -9,7 +9,7 @@ from torch import nn
 
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import dropout
-from gnn_dist.nn.message_passing import MessagePassing, segment_softmax
+from gnn_dist.nn.message_passing import MessagePassing, provided_halo, segment_softmax
 
 
 def _glorot(t: torch.Tensor) -> None:
@@ -17,7 +17,7 @@ def _glorot(t: torch.Tensor) -> None:
     nn.init.uniform_(t, -bound, bound)
 
 
-def aggregate_first(x: torch.Tensor, d_in: int, d_out: int) -> bool:
+def aggregate_first(x: torch.Tensor, d_in: int, d_out: int, graph: LocalGraph | None = None) -> bool:
     """Aggregate x before the linear map rather than after? Whichever exchanges fewer columns.
 
     A @ (X W) == (A @ X) W, so a layer may send rows of width d_in (aggregate
@@ -26,7 +26,10 @@ def aggregate_first(x: torch.Tensor, d_in: int, d_out: int) -> bool:
     them only if x itself needs a gradient. The first layer's input features
     do not, so there aggregating a d_in-wide X costs d_in columns against
     2 d_out, and its backward skips the sparse product and the exchange.
+    Where x's halo is already at hand (`SharedHalo`, given `graph`), aggregating x sends nothing.
     """
+    if graph is not None and provided_halo(graph, x) is not None:
+        return True
     training = torch.is_grad_enabled()
     return d_in * (1 + (training and x.requires_grad)) <= d_out * (1 + training)
 
@@ -46,7 +49,7 @@ class GCNConv(MessagePassing):
         _glorot(self.lin.weight)
 
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
-        if aggregate_first(x, self.in_channels, self.out_channels):
+        if aggregate_first(x, self.in_channels, self.out_channels, graph):
             out = self.lin(self.propagate(graph, x=x))
         else:
             out = self.propagate(graph, x=self.lin(x))
@@ -63,7 +66,7 @@ class SAGEConv(MessagePassing):
         self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
 
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
-        if aggregate_first(x, self.in_channels, self.out_channels):  # mean is linear: either order
+        if aggregate_first(x, self.in_channels, self.out_channels, graph):  # mean is linear: either order
             agg = self.lin_l(self.propagate(graph, x=x))
         else:
             agg = self.propagate(graph, x=F.linear(x, self.lin_l.weight)) + self.lin_l.bias

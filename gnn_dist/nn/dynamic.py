@@ -1,10 +1,16 @@
 """Dynamic GNNs over snapshot sequences: EvolveGCN-O and a GCRN-style graph-conv GRU.
 
-Both are written as one `step(x, graph, state)` per snapshot, so a training
-loop can cut the sequence into windows and detach `state` between them
-(truncated backpropagation through time). Node-wise state (GCRN's H) is given
-and returned in the snapshot graph's row order; weight state (EvolveGCN's W)
-is the same on every rank, since every rank evolves it from the same start.
+Each is written twice over the same parameters. `step(x, graph, state)` is one
+snapshot, the form PyG's layers run in the single-process reference.
+`forward_group(xs, group, state)` is G consecutive snapshots
+(`gnn_dist.graph.snapshot_group`), the form the distributed runtime runs: every
+convolution that does not read the previous step's output runs once over the
+group's block-diagonal graph, so its halo travels in one all-to-all per group
+instead of one per snapshot. A training loop cuts the sequence into windows of
+whole groups and detaches `state` between them (truncated backpropagation
+through time). Node-wise state (GCRN's H) enters and leaves `forward_group` in
+union row order; weight state (EvolveGCN's W) is the same on every rank, since
+every rank evolves it from the same start.
 
 `to_pyg_dynamic` builds the same model from PyG's `GCNConv` with the same
 weights: the single-process reference the distributed runs are checked against.
@@ -16,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnn_dist.graph.local import LocalGraph
+from gnn_dist.graph.snapshot_group import SnapshotGroup
 from gnn_dist.nn.conv import GCNConv, _glorot, aggregate_first
 from gnn_dist.nn.message_passing import MessagePassing
 from partition.errors import UsageError
@@ -54,6 +61,12 @@ class EvolveGCNO(nn.Module):
             return self.aggregate(x, graph) @ weight + self.bias
         return self.aggregate(x @ weight, graph) + self.bias
 
+    def forward_group(self, xs: torch.Tensor, group: SnapshotGroup, weights: torch.Tensor) -> torch.Tensor:
+        """xs [G, n, in], weights [G, in, out] (one evolved W per snapshot): one exchange for the group."""
+        if aggregate_first(xs, self.in_channels, self.out_channels):
+            return torch.bmm(group.scatter(self.aggregate(group.gather(xs), group.graph)), weights) + self.bias
+        return group.scatter(self.aggregate(group.gather(torch.bmm(xs, weights)), group.graph)) + self.bias
+
 
 class EvolveGCN(nn.Module):
     node_state = False
@@ -74,6 +87,18 @@ class EvolveGCN(nn.Module):
             x = F.relu(layer(x, graph, w))
             new.append(w)
         return self.head(x), new
+
+    def forward_group(self, xs: torch.Tensor, group: SnapshotGroup, state: list) -> tuple[torch.Tensor, list]:
+        """G snapshots: the weights evolve step by step (no graph), each layer's aggregation runs once."""
+        new = []
+        for layer, w in zip(self.layers, state):
+            ws = []
+            for _ in range(len(group)):
+                w = layer.evolve(w)
+                ws.append(w)
+            xs = F.relu(layer.forward_group(xs, group, torch.stack(ws)))
+            new.append(w)
+        return self.head(xs), new
 
 
 class GCRN(nn.Module):
@@ -105,6 +130,23 @@ class GCRN(nn.Module):
         c = torch.tanh(hx[:, 2 * self.hidden:] + self.conv_c(r * h, graph))
         h = z * h + (1 - z) * c
         return self.head(F.relu(h)), h
+
+    def forward_group(self, xs: torch.Tensor, group: SnapshotGroup, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """G snapshots: the input convolution once over the group; the state convolutions per step.
+
+        conv_h reads h for both gates (one exchange), conv_c reads r * h, which the owner of a halo row
+        alone can form: two exchanges per step, forward and backward, is the least this recurrence allows.
+        """
+        hx = group.scatter(self.conv_x(group.gather(xs), group.graph))  # [G, n, 3 hidden], union order
+        states = []
+        for s, sg in enumerate(group.snapshots):
+            a, hs = hx[s].index_select(0, sg.perm), h.index_select(0, sg.perm)
+            zr = torch.sigmoid(a[:, : 2 * self.hidden] + self.conv_h(hs, sg.graph))
+            z, r = zr[:, : self.hidden], zr[:, self.hidden:]
+            c = torch.tanh(a[:, 2 * self.hidden:] + self.conv_c(r * hs, sg.graph))
+            h = (z * hs + (1 - z) * c).index_select(0, sg.inv)
+            states.append(h)
+        return self.head(F.relu(torch.stack(states))), h
 
 
 DYNAMIC_MODELS = {"evolvegcn": EvolveGCN, "gcrn": GCRN}

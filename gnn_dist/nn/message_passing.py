@@ -35,6 +35,12 @@ def exchange_channel(graph: LocalGraph, owner: nn.Module) -> str | None:
     return graph.exchange.channel(owner, owner.training and torch.is_grad_enabled())
 
 
+def provided_halo(graph: LocalGraph, x: torch.Tensor) -> torch.Tensor | None:
+    """x's halo rows if the graph's exchange already holds them (`SharedHalo`), else None."""
+    provided = getattr(graph.exchange, "provided", None)
+    return provided(x) if provided is not None else None
+
+
 class HaloSpMM(torch.autograd.Function):
     """out = A @ [x; halo(x)], everything but the halo columns computed while the exchange is in flight."""
 
@@ -70,6 +76,22 @@ class HaloSpMM(torch.autograd.Function):
         if pending is not None:
             ex.scatter_back(g_x, pending)  # decoded straight into g_x where the codec allows
         return g_x, None, None, None
+
+
+class ProvidedSpMM(torch.autograd.Function):
+    """out = A @ [x; halo] with the halo already at hand (`SharedHalo`): no exchange either way."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, halo: torch.Tensor, op: SplitOperator) -> torch.Tensor:
+        ctx.op = op
+        out_c, out_m = spmm(op.central, x), spmm(op.local, x) + spmm(op.halo, halo)
+        return torch.cat([out_c, out_m])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        op, nc = ctx.op, ctx.op.num_central
+        grad = grad.contiguous()
+        return spmm(op.central_t, grad[:nc]) + spmm(op.local_t, grad[nc:]), spmm(op.halo_t, grad[nc:]), None
 
 
 def segment_softmax(src: torch.Tensor, index: torch.Tensor, num: int) -> torch.Tensor:
@@ -157,7 +179,9 @@ class MessagePassing(nn.Module):
         channel = exchange_channel(graph, self)
         if self._fast:
             src = inputs["x"][0] if isinstance(inputs["x"], tuple) else inputs["x"]
-            out = HaloSpMM.apply(src, graph.operator(self.aggr, self.norm, self.weighted), graph, channel)
+            op = graph.operator(self.aggr, self.norm, self.weighted)
+            halo = provided_halo(graph, src)
+            out = HaloSpMM.apply(src, op, graph, channel) if halo is None else ProvidedSpMM.apply(src, halo, op)
         else:
             out = self._propagate_edges(graph, inputs, channel)
         return self.update(out, **{k: inputs[k] for k in self._upd_args if k in inputs})
@@ -191,8 +215,12 @@ class MessagePassing(nn.Module):
         loops = "replace" if self.self_loops else ("remaining" if self.norm == "gcn" else "keep")
         edges = graph.edges(loops, self.norm, self.weighted)
         ex = graph.exchange
-        halo = {}
         src_inner = {n: self._side(inputs[n], True) for n in src_names}
+        halo = {n: provided_halo(graph, t) for n, t in src_inner.items()}
+        if all(h is not None for h in halo.values()):  # every source's halo at hand (SharedHalo): no exchange
+            ex = None
+        else:
+            halo = {}
         if ex is not None and src_names:
             packed, sizes, tails = self._pack([src_inner[n] for n in src_names])
             pending = ex.start(packed, channel)

@@ -5,6 +5,8 @@ Parameter names follow PyG (`RGCNConv`: weight, comp, root, bias;
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,6 +17,7 @@ from gnn_dist.graph.typed import relation_operator, relation_view
 from gnn_dist.nn.conv import SAGEConv, _glorot
 from gnn_dist.nn.dropout import dropout
 from gnn_dist.nn.message_passing import HaloSpMM, exchange_channel
+from gnn_dist.runtime.exchange import SharedHalo, fetch_halo
 
 
 class TypedLinear(nn.Module):
@@ -78,8 +81,13 @@ class HeteroConv(nn.Module):
     """Run a homogeneous layer per relation and sum the results per destination type (PyG's HeteroConv).
 
     `convs` maps "src:rel:dst" to a layer; each layer sees relation r's view
-    (same rows, same exchange, degrees counted in r) and only rows of r's
-    destination type keep its output.
+    (same rows, degrees counted in r) and only rows of r's destination type
+    keep its output. The layer's input halo is fetched once (`SharedHalo`), not
+    once per relation: each relation's layer reads the halo rows its edges
+    touch, a row any relation needs crosses the wire once per layer, and the
+    halo gradients of all relations go back in one all-to-all. (A layer that
+    exchanges something other than its input, such as x W, still exchanges it
+    itself; the built-in ones aggregate the shared input instead.)
     """
 
     def __init__(self, convs: dict[str, nn.Module], edge_types: list[str]):
@@ -90,11 +98,18 @@ class HeteroConv(nn.Module):
         self.convs = ModuleDict({tuple(k.split(":")): convs[k] for k in self.edge_types if k in convs})
 
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
+        views = [relation_view(graph, r) for r in range(len(self.edge_types))]
+        ex = graph.exchange
+        if ex is not None:  # x's halo once for all relations; a relation's layer reads the rows it needs
+            shared = SharedHalo(ex, x, fetch_halo(x, ex, exchange_channel(graph, self)))
+            views = [copy.copy(v) for v in views]
+            for v in views:
+                v.exchange = shared
         out = None
         for r, key in enumerate(self.edge_types):
             if tuple(key.split(":")) not in self.convs:
                 continue
-            h = self.convs[tuple(key.split(":"))](x, relation_view(graph, r))
+            h = self.convs[tuple(key.split(":"))](x, views[r])
             h = torch.where(graph.types.dst_mask(r, graph.num_inner).to(h.device).unsqueeze(1), h, h.new_zeros(()))
             out = h if out is None else out + h
         return out

@@ -19,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from gnn_dist.runtime import codec
+from gnn_dist.runtime import codec, transport
 
 START_BITS = 8  # before the first solve: int8 everywhere
 
@@ -151,7 +151,7 @@ class AdaptivePolicy:
                     splits_out = [n if p == src else 0 for p in range(world)]
                     dist.barrier(group=self.ex.group)
                     t = time.perf_counter()
-                    dist.all_to_all_single(recv, send, splits_out, splits_in, group=self.ex.group)
+                    transport.all_to_all(recv, send, splits_out, splits_in, group=self.ex.group, mpi=self.ex.over_mpi())
                     if send.is_cuda:
                         torch.cuda.synchronize(send.device)
                     best[(off, n)] = min(best.get((off, n), float("inf")), time.perf_counter() - t)

@@ -17,10 +17,10 @@ import torch.distributed as dist
 from gnn_dist.runtime.launch import DistContext
 
 
-def all_sum(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+def all_sum(t: torch.Tensor, ctx: DistContext, op=dist.ReduceOp.SUM) -> torch.Tensor:
     t = t.to(ctx.device)
     if ctx.world_size > 1:
-        dist.all_reduce(t)
+        dist.all_reduce(t, op=op)
     return t
 
 

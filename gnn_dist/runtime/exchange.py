@@ -30,9 +30,8 @@ import collections
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
-from gnn_dist.runtime import codec
+from gnn_dist.runtime import codec, transport
 from gnn_dist.runtime.adaptive import AdaptivePolicy
 from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready
 from partition.errors import UsageError
@@ -73,7 +72,7 @@ class HaloExchange:
     """Send/receive plan of one rank plus the per-channel state of the cheap-exchange policies."""
 
     def __init__(self, send_idx: torch.Tensor, send_counts: list[int], recv_counts: list[int], group=None,
-                 config: ExchangeConfig | None = None, rank: int = 0):
+                 config: ExchangeConfig | None = None, rank: int = 0, mpi: bool | None = None):
         self.send_idx, self.send_counts, self.recv_counts = send_idx, list(send_counts), list(recv_counts)
         self.group, self.rank = group, rank
         self.config = (config or ExchangeConfig()).validate()
@@ -91,10 +90,16 @@ class HaloExchange:
         self._distinct: tuple | None = None  # (send_idx, its distinct rows, inverse)
         self._provided: tuple | None = None  # (tensor, its halo rows): start() on that tensor sends nothing
         self.device = send_idx.device
+        # transport: given (the same on every rank), or agreed now with the peers, who build theirs now too
+        self._mpi = mpi if mpi is not None else transport.agree_small(group, max(self.num_halo, int(send_idx.shape[0])))
         self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.policy = AdaptivePolicy(self, self.config) if self.config.codec == "adaptive" else None
 
     # ------------------------------------------------------------- plan sizes
+    def over_mpi(self) -> bool:
+        """Whether this plan's all-to-alls travel over MPI (`transport`: small plans under mpiexec)."""
+        return self._mpi
+
     @property
     def num_halo(self) -> int:
         return sum(self.recv_counts)
@@ -190,6 +195,7 @@ class HaloExchange:
         intB codecs read send rows through `index` (no gathered copy); fp32 gathers them once.
         """
         tail = tuple(rows.shape[1:])
+        mpi = self.over_mpi() and not (channel is not None and self.config.staleness > 0)  # stale: waited later
         source = rows.flatten(1)
         width, dtype = source.shape[1], source.dtype
         stats = self.stats[channel or label or f"{direction}.eval"]
@@ -200,7 +206,7 @@ class HaloExchange:
         if all(n == "fp32" for n in send_names + recv_names):
             flat = (source[index] if index is not None else source).contiguous()
             out = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
-            work = dist.all_to_all_single(out, flat, out_splits, in_splits, group=self.group, async_op=True)
+            work = transport.all_to_all(out, flat, out_splits, in_splits, group=self.group, async_op=True, mpi=mpi)
             stats.add([r * width * flat.element_size() for r in in_splits], in_splits)
             return Pending(work, lambda: out.view(out_rows, *tail), stats)
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
@@ -215,7 +221,7 @@ class HaloExchange:
                     self.policy.observe(channel, p, width, scale, int(send_names[p][3:]))
         recv_bytes = [codec.wire_bytes(r, width, n) for r, n in zip(out_splits, recv_names)]
         out = torch.empty(sum(recv_bytes), dtype=torch.uint8, device=source.device)
-        work = dist.all_to_all_single(out, send_buf, recv_bytes, nbytes, group=self.group, async_op=True)
+        work = transport.all_to_all(out, send_buf, recv_bytes, nbytes, group=self.group, async_op=True, mpi=mpi)
         stats.add(nbytes, in_splits)
 
         def finish() -> torch.Tensor:
@@ -316,7 +322,8 @@ class HaloExchange:
             change = (flat - ref).norm(dim=1) / (ref.norm(dim=1) + 1e-12)
             send = change > self.config.skip_threshold
         flags = torch.empty(self.num_halo, dtype=torch.uint8, device=flat.device)
-        dist.all_to_all_single(flags, send.to(torch.uint8), self.recv_counts, self.send_counts, group=self.group)
+        transport.all_to_all(flags, send.to(torch.uint8), self.recv_counts, self.send_counts, group=self.group,
+                             mpi=self.over_mpi())
         flags = flags.bool()
         new_ref = flat.clone() if ref is None else ref.clone()
         new_ref[send] = flat[send]
@@ -334,6 +341,30 @@ class HaloExchange:
             return block
 
         return Pending(None, merge, self.stats[channel])
+
+
+class SharedHalo:
+    """An exchange whose halo of one tensor `x` is already fetched (autograd-tracked `halo`): layers that
+    aggregate `x` read it and send nothing; anything else goes through the real exchange.
+
+    HeteroConv fetches its input's halo once per layer and hands it to every relation's layer, so the
+    rows any relation needs cross the wire once, and their gradients, summed over relations by
+    autograd, go home in one all-to-all.
+    """
+
+    def __init__(self, exchange: HaloExchange, x: torch.Tensor, halo: torch.Tensor):
+        self.exchange, self.x, self.halo = exchange, x, halo
+
+    def provided(self, t: torch.Tensor) -> torch.Tensor | None:
+        return self.halo if t is self.x else None
+
+    def __getattr__(self, name: str):
+        return getattr(self.exchange, name)
+
+
+def fetch_halo(x: torch.Tensor, exchange: HaloExchange, channel: str | None) -> torch.Tensor:
+    """x's halo rows, autograd-tracked: their gradients go back to the owners in backward."""
+    return HaloWait.apply(x, exchange.start(x, channel), exchange, channel)
 
 
 class HaloWait(torch.autograd.Function):

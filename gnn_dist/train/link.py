@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import input_dropout_key
+from gnn_dist.runtime import transport
 from gnn_dist.runtime.collectives import all_sum
 from gnn_dist.runtime.exchange import HaloWait
 from gnn_dist.runtime.launch import DistContext
@@ -96,13 +97,13 @@ class LinkTask:
         order = np.argsort(parts, kind="stable")
         counts = torch.from_numpy(np.bincount(parts, minlength=p).astype(np.int64)).to(dev)
         theirs = torch.empty_like(counts)
-        dist.all_to_all_single(theirs, counts, group=self.ctx.halo_group)
+        transport.all_to_all(theirs, counts, group=self.ctx.halo_group)
         counts_l, theirs_l = counts.tolist(), theirs.tolist()
         asked = torch.empty(sum(theirs_l), dtype=torch.int64, device=dev)
-        dist.all_to_all_single(asked, torch.from_numpy(local[order]).to(dev), theirs_l, counts_l,
+        transport.all_to_all(asked, torch.from_numpy(local[order]).to(dev), theirs_l, counts_l,
                                group=self.ctx.halo_group)
         reply = torch.empty(len(gids), h.shape[1], dtype=h.dtype, device=dev)
-        dist.all_to_all_single(reply, h[asked].contiguous(), counts_l, theirs_l, group=self.ctx.halo_group)
+        transport.all_to_all(reply, h[asked].contiguous(), counts_l, theirs_l, group=self.ctx.halo_group)
         out = torch.empty_like(reply)
         out[torch.from_numpy(order).to(dev)] = reply
         return out

@@ -131,7 +131,9 @@ class Loop:
             dt = time.perf_counter() - t0
             record = {"epoch": epoch, "loss": loss, "epoch_time": dt, **self.task.epoch_record()}
             if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
+                t0 = time.perf_counter()
                 record.update(self.task.evaluate())
+                record["eval_time"] = time.perf_counter() - t0
             record["lr"] = self.opt.param_groups[0]["lr"]
             self._log(record)
             bar.set_postfix(loss=f"{loss:.4f}", s=f"{dt:.3f}",

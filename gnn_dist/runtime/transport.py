@@ -1,0 +1,132 @@
+"""How halo blocks cross between ranks: torch.distributed's all-to-all, or MPI's for CPU tensors.
+
+Every halo all-to-all (exchange, relation aggregates, plan agreement, link
+prediction's row fetches) goes through `all_to_all`, which takes the
+arguments of `torch.distributed.all_to_all_single`. Under an `mpiexec`
+launch on CPU, the launcher registers the halo group here (`use_mpi`), and
+CPU tensors then travel by MPI's `Ialltoallv` on a duplicate of
+COMM_WORLD; everything else, CUDA tensors and torchrun launches included,
+keeps torch.distributed (gloo, NCCL). So do large blocks (`agree_small`:
+gloo's threads move them while the rank computes, MPI only once waited for)
+and exchanges left in flight across other collectives (stale blocks),
+because an MPI request moves only while its ranks are inside MPI.
+
+Why: on long sequences of small graphs an all-to-all's latency, not its
+bytes, is the cost. Between two ranks on one 2-core box gloo's all-to-all
+took 463 us with nothing else running, MPICH's 6.2 us (shared memory);
+across hosts MPICH uses TCP. Gradient all-reduces and the few
+control collectives stay on gloo: one per window or epoch, not per layer.
+
+Blocks travel as bytes in a datatype of one row, so any dtype goes
+(bfloat16 included) and counts stay rows, far below MPI's 2^31 limit.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import torch.distributed as dist
+
+_COMMS: dict = {}  # torch process group -> MPI communicator carrying its CPU all-to-alls
+# plans with at most this many rows per all-to-all on every rank use MPI (`agree_small`); the variable is for measuring
+MPI_MAX_ROWS = int(os.environ.get("GNN_DIST_MPI_MAX_ROWS", 16384))
+_ROW_TYPES: dict = {}  # row bytes -> committed MPI datatype
+
+
+class MPIWork:
+    """An MPI request behind the interface of torch's Work (`wait`), holding its buffers until done."""
+
+    def __init__(self, request, keep: tuple):
+        self.request, self.keep = request, keep
+
+    def wait(self, timeout=None) -> bool:
+        if self.request is not None:
+            self.request.Wait()
+            self.request = self.keep = None
+        return True
+
+    def is_completed(self) -> bool:
+        return self.request is None or bool(self.request.Test())
+
+
+def use_mpi(group) -> None:
+    """Carry `group`'s CPU all-to-alls over MPI (ranks in COMM_WORLD order, as the launcher assigns them)."""
+    from mpi4py import MPI
+
+    _COMMS[group] = MPI.COMM_WORLD.Dup()
+
+
+def release(group) -> None:
+    comm = _COMMS.pop(group, None)
+    if comm is not None:
+        comm.Free()
+
+
+def over_mpi(group) -> bool:
+    return group in _COMMS
+
+
+def all_to_all(output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int] | None = None,
+               input_split_sizes: list[int] | None = None, group=None, async_op: bool = False, mpi: bool = False):
+    """`torch.distributed.all_to_all_single`; over MPI if `mpi`, the group is registered and tensors are on CPU.
+
+    Callers pass `mpi` the same on every rank, and only for an all-to-all they wait for before any other
+    collective: an MPI request moves only while its ranks are inside MPI, so one rank waiting on it
+    while its peer blocks in a gloo all-reduce would deadlock (stale blocks, waited an epoch later,
+    stay on torch.distributed, whose own threads move them).
+    """
+    comm = _COMMS.get(group) if mpi else None
+    if comm is None or input.device.type != "cpu" or output.device.type != "cpu" or not output.is_contiguous():
+        return dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group,
+                                      async_op=async_op)
+    work = _ialltoallv(comm, output, input, output_split_sizes, input_split_sizes)
+    if not async_op:
+        work.wait()
+        return None
+    return work
+
+
+def agree_small(group, rows: int) -> bool:
+    """Whether a plan of at most `rows` rows per all-to-all on this rank should travel over MPI: the same
+    answer on every rank (one all-reduce). Small blocks are latency-bound, where MPI wins 75x; large ones
+    are bandwidth-bound, and there gloo's threads move data while the rank computes (overlap), where an
+    MPI request would move only once waited for (100k-node GCN at P=2: 0.314 s an epoch on gloo,
+    0.359 s on MPI; `GNN_DIST_MPI_MAX_ROWS=1000000000 scripts/bench_train.py --transports gloo,auto`)."""
+    if group not in _COMMS:
+        return False
+    t = torch.tensor([rows], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return int(t[0]) <= MPI_MAX_ROWS
+
+
+def _ialltoallv(comm, output: torch.Tensor, input: torch.Tensor, out_splits, in_splits) -> MPIWork:
+    p = comm.Get_size()
+    send = input.contiguous()
+    row = send.element_size() * math.prod(send.shape[1:])
+    in_splits = list(in_splits) if in_splits is not None else [send.shape[0] // p] * p
+    out_splits = list(out_splits) if out_splits is not None else [output.shape[0] // p] * p
+    if row == 0 or (not any(in_splits) and not any(out_splits)):
+        return MPIWork(None, ())
+    dtype = _row_type(row)
+    send_bytes = send.reshape(-1).view(torch.uint8).numpy()
+    recv_bytes = output.reshape(-1).view(torch.uint8).numpy()  # output is ours, contiguous: a view into it
+    sdispl, rdispl = _offsets(in_splits), _offsets(out_splits)
+    request = comm.Ialltoallv([send_bytes, (in_splits, sdispl), dtype], [recv_bytes, (out_splits, rdispl), dtype])
+    return MPIWork(request, (send, output, send_bytes, recv_bytes))
+
+
+def _offsets(splits: list[int]) -> list[int]:
+    out, total = [], 0
+    for s in splits:
+        out.append(total)
+        total += s
+    return out
+
+
+def _row_type(row_bytes: int):
+    if row_bytes not in _ROW_TYPES:
+        from mpi4py import MPI
+
+        _ROW_TYPES[row_bytes] = MPI.BYTE.Create_contiguous(row_bytes).Commit()
+    return _ROW_TYPES[row_bytes]

@@ -1,0 +1,63 @@
+"""Run under mpiexec by tests/test_transport.py: MPI and gloo all-to-alls deliver the same bytes.
+
+Usage: mpiexec -n P python tests/transport_worker.py OUT
+Writes OUT/rank<R>.txt: "ok" if every check held (the bytes; then whether exchange plans agree on
+their transport: small ones MPI, any rank's large one gloo everywhere), else the first mismatch.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from gnn_dist.runtime import transport
+from gnn_dist.runtime.exchange import HaloExchange
+from gnn_dist.runtime.launch import init
+
+
+def exchange(ctx, t: torch.Tensor, splits: list[int], back: list[int], mpi: bool) -> torch.Tensor:
+    """All-to-all of `t` (splits[q] rows to rank q), over MPI or gloo."""
+    out = torch.empty((sum(back),) + tuple(t.shape[1:]), dtype=t.dtype)
+    work = transport.all_to_all(out, t, back, splits, group=ctx.halo_group, async_op=True, mpi=mpi)
+    assert isinstance(work, transport.MPIWork) == mpi, "the transport asked for was not the one used"
+    work.wait()
+    return out
+
+
+def plans(ctx) -> str:
+    """A small plan on every rank goes over MPI; one rank's large plan sends every rank's over gloo."""
+    def plan(rows: int) -> HaloExchange:
+        counts = [rows // ctx.world_size] * ctx.world_size
+        return HaloExchange(torch.zeros(sum(counts), dtype=torch.int64), counts, counts, ctx.halo_group)
+
+    small = plan(8)
+    large = plan(transport.MPI_MAX_ROWS * 2 if ctx.rank == 0 else 8)
+    return "ok" if small.over_mpi() and not large.over_mpi() else f"small {small.over_mpi()} large {large.over_mpi()}"
+
+
+def main() -> None:
+    out_dir = Path(sys.argv[1])
+    ctx = init()
+    p, r = ctx.world_size, ctx.rank
+    msg = "ok" if transport.over_mpi(ctx.halo_group) else "halo group not carried by MPI under mpiexec"
+    gen = torch.Generator().manual_seed(r)
+    # uneven splits, an empty block, several dtypes and row shapes, a zero-width tensor
+    splits = [(r + q) % 3 for q in range(p)]
+    back = [(q + r) % 3 for q in range(p)]
+    cases = [torch.randn(sum(splits), 5, generator=gen), torch.randn(sum(splits), 2, 3, generator=gen).to(torch.bfloat16),
+             torch.randint(0, 255, (sum(splits), 7), generator=gen, dtype=torch.uint8),
+             torch.randint(-9, 9, (sum(splits),), generator=gen, dtype=torch.int64), torch.zeros(sum(splits), 0)]
+    for i, t in enumerate(cases):
+        a, b = exchange(ctx, t, splits, back, True), exchange(ctx, t, splits, back, False)
+        if msg == "ok" and not (a.shape == b.shape and torch.equal(a.view(torch.uint8) if a.numel() else a,
+                                                                     b.view(torch.uint8) if b.numel() else b)):
+            msg = f"case {i} ({t.dtype}, {tuple(t.shape)}): MPI and gloo delivered different bytes"
+    if msg == "ok":
+        msg = plans(ctx)
+    (out_dir / f"rank{r}.txt").write_text(msg)
+    ctx.close()
+
+
+if __name__ == "__main__":
+    main()
