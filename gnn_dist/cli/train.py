@@ -52,8 +52,9 @@ def add_parser(sub) -> None:
     add_dynamic_flags(p)
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
     p.add_argument("--transport", default="auto", choices=["auto", "gloo"],
-                   help="CPU halo all-to-alls: auto (under mpiexec, plans of at most 16384 rows per all-to-all go "
-                        "over MPI, 75x less latency than gloo on one host; the rest over gloo) or gloo (all)")
+                   help="CPU halo all-to-alls: auto (under mpiexec with no more ranks than cores per host, plans "
+                        "of at most 16384 rows per all-to-all go over MPI, 75x less latency than gloo on one host; "
+                        "the rest over gloo) or gloo (all)")
     p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")

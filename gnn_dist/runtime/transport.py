@@ -3,7 +3,9 @@
 Every halo all-to-all (exchange, relation aggregates, plan agreement, link
 prediction's row fetches) goes through `all_to_all`, which takes the
 arguments of `torch.distributed.all_to_all_single`. Under an `mpiexec`
-launch on CPU, the launcher registers the halo group here (`use_mpi`), and
+launch on CPU with no more ranks than cores per host (MPI's waits poll, and
+would take cores from ranks that compute), the launcher registers the halo
+group here (`use_mpi`), and
 CPU tensors then travel by MPI's `Ialltoallv` on a duplicate of
 COMM_WORLD; everything else, CUDA tensors and torchrun launches included,
 keeps torch.distributed (gloo, NCCL). So do large blocks (`agree_small`:
