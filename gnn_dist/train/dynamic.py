@@ -104,7 +104,7 @@ class DynamicTask:
                 per = ((out.squeeze(-1) - y) ** 2).sum(1)
                 last = ((self.seq.x[t0:t1, :, -1] - y) ** 2).sum(1)
             else:
-                per, last = (out.argmax(dim=-1) == y).sum(1).to(torch.float32), torch.zeros(t1 - t0)
+                per, last = (out.argmax(dim=-1) == y).sum(1).to(torch.float32), torch.zeros(t1 - t0, device=y.device)
             for k, rows in ((0, ~test), (1, test)):
                 sums[k] += float(per[rows].double().sum())
                 sums[2 + k] += float(last[rows].double().sum())
