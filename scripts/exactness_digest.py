@@ -1,7 +1,7 @@
 """Digest of the exactness tests' outputs, to show that a refactor changed no bit.
 
-Record:  GNN_DIST_EXACT_ARCHIVE=/tmp/before pytest tests/test_distributed_exact.py tests/test_hetero_exact.py \\
-             tests/test_temporal_exact.py tests/test_message_semantics.py
+Record:  GNN_DIST_EXACT_ARCHIVE=/tmp/before pytest tests/test_distributed_exact.py tests/test_typed_exact.py \\
+             tests/test_dynamic_exact.py tests/test_message_semantics.py
 Compare: python scripts/exactness_digest.py /tmp/before /tmp/after
 Each worker's output folder is copied there (logits, gradients and losses at P = 1, 2, 4); this script hashes every
 array of every file and prints how many arrays are bit-identical between the two archives.

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -51,6 +53,7 @@ def test_keyed_dropout_torch_twin_draws_the_kernels_masks_bit_for_bit(monkeypatc
 
     x = torch.randn(300, 33)
     ids = torch.randperm(10**6)[:300] * 5000  # ids * width beyond 2^32: the hash sees the low 32 bits alike
+    monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", 0)
     fused_out = mod.keyed_dropout(x, ids, 0.4, key=2**63 + 12345)
     monkeypatch.setattr(mod, "BACKEND", "torch")
     assert torch.equal(mod.keyed_dropout(x, ids, 0.4, key=2**63 + 12345), fused_out)
@@ -59,6 +62,23 @@ def test_keyed_dropout_torch_twin_draws_the_kernels_masks_bit_for_bit(monkeypatc
     z = (kept.sum().item() - n * 0.6) / math.sqrt(n * 0.24)
     assert abs(z) < 4.0, z
     assert torch.equal(fused_out[kept], x[kept] * (1.0 / 0.6))
+
+
+@pytest.mark.parametrize("p", [0.3, 0.5])
+def test_small_tensors_draw_the_kernels_masks_in_torch_without_loading_numba(monkeypatch, p):
+    """Below NUMBA_MIN_ITEMS, dropout runs the kernel's hash in torch: the same masks, outputs and gradients."""
+    x = torch.randn(3000, 7, requires_grad=True)
+    runs = []
+    for min_items in (0, 1 << 62):
+        monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", min_items)
+        torch.manual_seed(3)
+        y = HashDropout.apply(x, p)
+        (g,) = torch.autograd.grad((y * torch.arange(7.0)).sum(), x)
+        runs.append((y, g))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    code = ("import sys, torch; from gnn_dist.nn.dropout import dropout, keyed_dropout; x = torch.randn(200, 16); "
+            "dropout(x, 0.5, True); keyed_dropout(x, torch.arange(200), 0.5, key=3); print('numba' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 
 def test_keyed_masks_follow_the_node_not_the_row_and_change_with_the_key():

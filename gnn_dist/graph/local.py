@@ -20,11 +20,20 @@ from partition.build import PartPlan, build_parts
 from partition.graph import Graph
 
 
-def spmm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """a @ x for a sparse CSR `a`, also when `a` has no rows or no columns (torch's CSR kernels refuse those)."""
+def spmm(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None, add: bool = False) -> torch.Tensor:
+    """a @ x for a sparse CSR `a`, also when `a` has no rows or no columns (torch's CSR kernels refuse those).
+
+    With `out` (a block of rows of a larger result), the product is written there, or added to it with
+    `add`: the split operator's row blocks then land in one result, without a concatenated copy or a
+    temporary sum, each as large as the layer's output.
+    """
+    if out is None:
+        if a.shape[0] == 0 or a.shape[1] == 0:
+            return x.new_zeros((a.shape[0],) + tuple(x.shape[1:]))
+        return a @ x
     if a.shape[0] == 0 or a.shape[1] == 0:
-        return x.new_zeros((a.shape[0],) + tuple(x.shape[1:]))
-    return a @ x
+        return out if add else out.zero_()
+    return out.addmm_(a, x) if add else torch.mm(a, x, out=out)
 
 
 @dataclass

@@ -35,8 +35,12 @@ class HashDropout(torch.autograd.Function):
         mask = torch.empty(flat.shape, dtype=torch.uint8)
         key = int(torch.randint(0, 2**62, (1,)))
         scale = 1.0 / (1.0 - p)
-        kernels.in_ranges(kernels.load().dropout_into, flat.shape[0], flat.numpy(), out.numpy(), mask.numpy(),
-                          _drop_below(p), scale, key)
+        if flat.shape[0] >= kernels.NUMBA_MIN_ITEMS:
+            kernels.in_ranges(kernels.load().dropout_into, flat.shape[0], flat.numpy(), out.numpy(), mask.numpy(),
+                              _drop_below(p), scale, key)
+        else:  # the kernel's very mask and products, without loading numba for a small tensor
+            mask = (hash32(key, torch.arange(flat.shape[0])) >= _drop_below(p)).to(torch.uint8)
+            out = flat * _factor(mask, scale)
         ctx.save_for_backward(mask)
         ctx.scale = scale
         return out.view_as(x)
@@ -47,10 +51,17 @@ class HashDropout(torch.autograd.Function):
         flat = grad.contiguous().view(-1)
         if flat.dtype != torch.float32:
             return flat.mul(mask).mul_(ctx.scale).view_as(grad), None
+        if flat.shape[0] < kernels.NUMBA_MIN_ITEMS:
+            return (flat * _factor(mask, ctx.scale)).view_as(grad), None
         out = torch.empty_like(flat)
         kernels.in_ranges(kernels.load().dropout_grad_into, flat.shape[0], flat.numpy(), mask.numpy(), ctx.scale,
                           out.numpy())
         return out.view_as(grad), None
+
+
+def _factor(mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """float32(scale) where the mask keeps, else 0: the numba kernels' per-element factor, so products match."""
+    return mask.to(torch.float32) * np.float32(scale)
 
 
 def _drop_below(p: float) -> int:
@@ -98,7 +109,7 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
     scale = 1.0 / (1.0 - p)
     x2 = x.reshape(x.shape[0], -1)
     if (BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad
-            and kernels.available()):
+            and x2.numel() >= kernels.NUMBA_MIN_ITEMS and kernels.available()):
         out = torch.empty_like(x2)
         kernels.load().keyed_dropout_rows(x2.contiguous().numpy(), out.numpy(), ids.numpy(), _drop_below(p),
                                            scale, np.uint64(key))  # one signature for keys above 2^63 too

@@ -51,15 +51,14 @@ class HaloSpMM(torch.autograd.Function):
         pending = ex.start(x, channel) if ex is not None else None
         if pending is not None and not graph.overlap:
             halo = pending.wait()
-        out_c = spmm(op.central, x)
-        out_m = spmm(op.local, x)
+        out, nc = _rows_of(op, x), op.num_central
+        spmm(op.central, x, out[:nc])
+        spmm(op.local, x, out[nc:])
         if pending is not None:
             if graph.overlap:
                 halo = pending.wait()
-            out_m = out_m + spmm(op.halo, halo)
-        if out_m.shape[0] == 0 or out_c.shape[0] == 0:  # one block (a single part: all central): no copy
-            return out_c if out_m.shape[0] == 0 else out_m
-        return torch.cat([out_c, out_m])
+            spmm(op.halo, halo, out[nc:], add=True)
+        return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -72,7 +71,7 @@ class HaloSpMM(torch.autograd.Function):
             pending.wait()
         g_x = spmm(op.local_t, grad[nc:])
         if nc:
-            g_x += spmm(op.central_t, grad[:nc])
+            spmm(op.central_t, grad[:nc], g_x, add=True)
         if pending is not None:
             ex.scatter_back(g_x, pending)  # decoded straight into g_x where the codec allows
         return g_x, None, None, None
@@ -84,14 +83,23 @@ class ProvidedSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, halo: torch.Tensor, op: SplitOperator) -> torch.Tensor:
         ctx.op = op
-        out_c, out_m = spmm(op.central, x), spmm(op.local, x) + spmm(op.halo, halo)
-        return torch.cat([out_c, out_m])
+        out, nc = _rows_of(op, x), op.num_central
+        spmm(op.central, x, out[:nc])
+        spmm(op.local, x, out[nc:])
+        spmm(op.halo, halo, out[nc:], add=True)
+        return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         op, nc = ctx.op, ctx.op.num_central
         grad = grad.contiguous()
-        return spmm(op.central_t, grad[:nc]) + spmm(op.local_t, grad[nc:]), spmm(op.halo_t, grad[nc:]), None
+        g_x = spmm(op.central_t, grad[:nc])
+        return spmm(op.local_t, grad[nc:], g_x, add=True), spmm(op.halo_t, grad[nc:]), None
+
+
+def _rows_of(op: SplitOperator, x: torch.Tensor) -> torch.Tensor:
+    """The product's result, uninitialised: central rows then marginal rows, each block written in place."""
+    return x.new_empty((op.num_central + op.num_marginal,) + tuple(x.shape[1:]))
 
 
 def segment_softmax(src: torch.Tensor, index: torch.Tensor, num: int) -> torch.Tensor:

@@ -8,6 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 MIN_CHUNK = 1 << 15  # below this many items per thread, one call is cheaper than handing out ranges
+# Below this many items, callers run torch's form of a kernel: importing numba and loading its kernels costs a
+# process about 100 MB and a second, more than small tensors ever gain (a 32k-item dropout: 0.8 ms in torch).
+NUMBA_MIN_ITEMS = 1 << 16
 _POOL: list = [None, 0]  # the executor and its size
 
 
