@@ -120,9 +120,9 @@ def scoped_spmm():
 
     plain = local.spmm
 
-    def spmm(a, x):
+    def spmm(a, x, *args, **kwargs):
         with torch.profiler.record_function(SPMM_SCOPE):
-            return plain(a, x)
+            return plain(a, x, *args, **kwargs)
 
     message_passing.spmm = spmm
 
