@@ -17,7 +17,8 @@ Default graph: sbm:nodes=1000000,avg_degree=16,homophily=0.9,features=128,classe
    tensor once.
 
 Every process runs with torch's default threads (all cores for one process; the launcher gives each of
-P ranks cores / P).
+P ranks cores / P), and with torch's huge pages for large tensors (THP_MEM_ALLOC_ENABLE=1, as
+`gnn-dist train` sets it; PyG's rows too, since any torch user can set it).
 """
 from __future__ import annotations
 

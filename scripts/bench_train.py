@@ -6,7 +6,9 @@ Prints one table: PyG (one process, all cores) on its fastest CPU path, a
 `torch.sparse` CSR `adj_t` (GCN's normalised once, outside the timed epochs),
 with the `edge_index` path beside it for reference; gnn-dist at P=1, 2, 4 (the
 launcher gives each rank cores / ranks threads); ratios against PyG's fastest
-path and against P=1, and each configuration's peak RSS per rank.
+path and against P=1, and each configuration's peak RSS per rank. Every
+process runs with THP_MEM_ALLOC_ENABLE=1 (torch's huge pages for large
+tensors), as `gnn-dist train` sets it, unless the environment says otherwise.
 """
 from __future__ import annotations
 
@@ -22,6 +24,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from gnn_dist.runtime.malloc import prefer_huge_pages  # noqa: E402
+
+# Every configuration, PyG's included (any torch user can set it), runs with torch's huge-page allocations,
+# as `gnn-dist train` does; THP_MEM_ALLOC_ENABLE=0 in the environment measures without them.
+prefer_huge_pages()
 
 
 def peak_rss_mb() -> float:

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from gnn_dist.runtime import kernels
 from gnn_dist.runtime.exchange import HaloExchange
 from partition.book import PartitionBook
 from partition.build import PartPlan, build_parts
@@ -30,10 +31,30 @@ def spmm(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None, add:
     if out is None:
         if a.shape[0] == 0 or a.shape[1] == 0:
             return x.new_zeros((a.shape[0],) + tuple(x.shape[1:]))
+        if _in_numba(a, x):
+            out = x.new_empty((a.shape[0],) + tuple(x.shape[1:]))
+            return _numba_spmm(a, x, out, False)
         return a @ x
     if a.shape[0] == 0 or a.shape[1] == 0:
         return out if add else out.zero_()
+    if _in_numba(a, x) and out.is_contiguous():
+        return _numba_spmm(a, x, out, add)
     return out.addmm_(a, x) if add else torch.mm(a, x, out=out)
+
+
+def _in_numba(a: torch.Tensor, x: torch.Tensor) -> bool:
+    """The numba row kernel takes CPU float32 products large enough to repay loading numba."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and a.layout == torch.sparse_csr
+            and a.values().dtype == torch.float32 and x.shape[0] > 0
+            and a._nnz() * (x.numel() // x.shape[0]) >= kernels.NUMBA_MIN_ITEMS and kernels.available())
+
+
+def _numba_spmm(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor, add: bool) -> torch.Tensor:
+    x2 = x.detach().reshape(x.shape[0], -1).contiguous().numpy()
+    out2 = out.detach().view(out.shape[0], -1).numpy()
+    kernels.in_ranges(kernels.load().csr_rows_into, a.shape[0], a.crow_indices().numpy(), a.col_indices().numpy(),
+                      a.values().numpy(), x2, out2, add)
+    return out
 
 
 @dataclass

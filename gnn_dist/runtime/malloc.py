@@ -9,17 +9,34 @@ one 0.4 ms. Raising the mmap threshold to its maximum and the trim threshold
 well above it keeps those blocks on the heap for reuse, what jemalloc or
 tcmalloc do by default. The price is that peak heap memory is not returned
 until the process exits. GNN_DIST_MALLOC=system leaves glibc's defaults.
+
+Blocks above glibc's 32 MB ceiling (a 1M x 128 activation is 512 MB) are
+still mmap()ed afresh each time, and faulting them in 4 KB pages costs more
+than the work that fills them (a bias add into a fresh 512 MB tensor: 168 ms,
+into an existing one: 30 ms). torch backs its large CPU tensors with 2 MB
+transparent huge pages when THP_MEM_ALLOC_ENABLE=1 is set before its first
+allocation (43 ms for that add); the command line sets it before it imports
+torch (docs/training.md says how to set it for a script).
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import os
+import sys
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit: larger requests are still mmap()ed
 TRIM_THRESHOLD = 1 << 30
+
+
+def prefer_huge_pages() -> bool:
+    """Ask torch for transparent huge pages under its large CPU tensors; only takes effect before torch is
+    imported, and leaves a value the user set alone. Returns whether torch will use them."""
+    if "torch" not in sys.modules and os.environ.get("GNN_DIST_MALLOC", "auto") != "system":
+        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    return os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
 
 
 def resident_bytes() -> int:
