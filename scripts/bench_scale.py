@@ -17,8 +17,8 @@ Default graph: sbm:nodes=1000000,avg_degree=16,homophily=0.9,features=128,classe
    tensor once.
 
 Every process runs with torch's default threads (all cores for one process; the launcher gives each of
-P ranks cores / P), and with torch's huge pages for large tensors (THP_MEM_ALLOC_ENABLE=1, as
-`gnn-dist train` sets it; PyG's rows too, since any torch user can set it).
+P ranks cores / P), and with torch's huge pages where `gnn-dist train` would turn them on for the
+partition (THP_MEM_ALLOC_ENABLE; PyG's rows as P=1, since any torch user can set it).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_train import _result, peak_rss_mb, pyg_child, worker  # noqa: E402
+from bench_train import _result, huge_pages, peak_rss_mb, pyg_child, worker  # noqa: E402
 
 DEFAULT = "sbm:nodes=1000000,avg_degree=16,homophily=0.9,features=128,classes=16"
 KINDS = ("sparse products", "dense products", "elementwise and dropout", "exchange", "optimizer", "other")
@@ -230,22 +230,26 @@ def main() -> None:
     common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--device", a.device]
     rows, notes = {}, []
     fits, why = (False, "left out (--skip-edge-index)") if a.skip_edge_index else edge_index_fits(a.dataset, a.hidden)
-    if fits:
-        rows["PyG edge_index"] = _result(me + ["--pyg", "edge_index", "--dataset", a.dataset] + common)
-    else:
+    if not fits:
         notes.append(f"PyG edge_index skipped: {why}")
-    rows["PyG adj_t"] = _result(me + ["--pyg", "adj_t", "--dataset", a.dataset] + common)
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    ranks = [int(x) for x in a.ranks.split(",")]
     parts: dict[int, dict] = {}
+    prof = None
     with tempfile.TemporaryDirectory() as tmp:
-        for p in (int(x) for x in a.ranks.split(",")):
+        for p in ranks:
+            parts[p] = run_partition(me, a.dataset, p, Path(tmp) / f"p{p}")
+        pyg_env = huge_pages(Path(tmp) / f"p{min(ranks)}", a.hidden)
+        for kind in ("edge_index", "adj_t") if fits else ("adj_t",):
+            rows[f"PyG {kind}"] = _result(me + ["--pyg", kind, "--dataset", a.dataset] + common, pyg_env)
+        for p in ranks:
             d = Path(tmp) / f"p{p}"
-            parts[p] = run_partition(me, a.dataset, p, d)
-            rows[f"gnn-dist P={p}"] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d)] + common)
+            rows[f"gnn-dist P={p}"] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d)] + common,
+                                              huge_pages(d, a.hidden))
             if p == 1:
-                prof = _result(me + ["--profile", str(d)] + common)
+                prof = _result(me + ["--profile", str(d)] + common, huge_pages(d, a.hidden))
     peaks = machine_peaks(a.device)
-    print_tables(a, rows, parts, notes, peaks, prof if 1 in parts else None)
+    print_tables(a, rows, parts, notes, peaks, prof)
 
 
 def print_tables(a, rows: dict, parts: dict, notes: list, peaks: dict, prof: dict | None) -> None:

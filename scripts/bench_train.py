@@ -6,9 +6,11 @@ Prints one table: PyG (one process, all cores) on its fastest CPU path, a
 `torch.sparse` CSR `adj_t` (GCN's normalised once, outside the timed epochs),
 with the `edge_index` path beside it for reference; gnn-dist at P=1, 2, 4 (the
 launcher gives each rank cores / ranks threads); ratios against PyG's fastest
-path and against P=1, and each configuration's peak RSS per rank. Every
-process runs with THP_MEM_ALLOC_ENABLE=1 (torch's huge pages for large
-tensors), as `gnn-dist train` sets it, unless the environment says otherwise.
+path and against P=1, and each configuration's peak RSS per rank. Each
+gnn-dist configuration runs with torch's huge pages where `gnn-dist train`
+would turn them on for its partition (THP_MEM_ALLOC_ENABLE, see
+gnn_dist/runtime/malloc.py), and PyG's rows as the smallest P does; a value in
+the environment applies to every row.
 """
 from __future__ import annotations
 
@@ -24,11 +26,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from gnn_dist.runtime.malloc import prefer_huge_pages  # noqa: E402
-
-# Every configuration, PyG's included (any torch user can set it), runs with torch's huge-page allocations,
-# as `gnn-dist train` does; THP_MEM_ALLOC_ENABLE=0 in the environment measures without them.
-prefer_huge_pages()
 
 
 def peak_rss_mb() -> float:
@@ -129,8 +126,17 @@ def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str, device
                                  "threads": torch.get_num_threads()}))
 
 
-def _result(cmd: list[str]) -> dict:
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+def huge_pages(part_dir: Path, hidden: int) -> dict:
+    """The huge-page setting `gnn-dist train` would run this partition under, as an environment."""
+    from gnn_dist.runtime.malloc import HUGE_PAGES_MIN_BYTES, activation_bytes
+    from partition.store import read_meta
+
+    on = activation_bytes(read_meta(part_dir), hidden) >= HUGE_PAGES_MIN_BYTES
+    return {"THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1" if on else "0")}
+
+
+def _result(cmd: list[str], env: dict | None = None) -> dict:
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -160,17 +166,21 @@ def main() -> None:
 
     me = [sys.executable, str(Path(__file__).resolve())]
     common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--device", a.device]
-    rows = {"PyG adj_t": _result(me + ["--pyg", "adj_t", "--dataset", a.dataset] + common),
-            "PyG edge_index": _result(me + ["--pyg", "edge_index", "--dataset", a.dataset] + common)}
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    ranks = [int(x) for x in a.ranks.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        for p in (int(x) for x in a.ranks.split(",")):
-            d = Path(tmp) / f"p{p}"
-            if cli(["partition", "--dataset", a.dataset, "--parts", str(p), "--out", str(d)]) != 0:
+        for p in ranks:
+            if cli(["partition", "--dataset", a.dataset, "--parts", str(p), "--out", str(Path(tmp) / f"p{p}")]) != 0:
                 raise SystemExit("partitioning failed")
+        pyg_env = huge_pages(Path(tmp) / f"p{min(ranks)}", a.hidden)
+        rows = {f"PyG {kind}": _result(me + ["--pyg", kind, "--dataset", a.dataset] + common, pyg_env)
+                for kind in ("adj_t", "edge_index")}
+        for p in ranks:
+            d = Path(tmp) / f"p{p}"
             for t in a.transports.split(",") if p > 1 else ["auto"]:
                 name = f"gnn-dist P={p}" + (f" {t}" if p > 1 and "," in a.transports else "")
-                rows[name] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d), "--transport", t] + common)
+                rows[name] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d), "--transport", t] + common,
+                                     huge_pages(d, a.hidden))
     base, p1 = rows["PyG adj_t"]["epoch_s"], rows.get("gnn-dist P=1", {}).get("epoch_s")
     print(f"\n{a.dataset}, {a.model}, 2 layers, hidden {a.hidden}, {a.epochs} timed epochs, {os.cpu_count()} cores")
     print(f"{'configuration':<18} {'threads/rank':>12} {'epoch s':>9} {'vs PyG':>7} {'vs P=1':>7} {'peak RSS/rank MB':>18}")

@@ -1,5 +1,5 @@
 """The allocator settings: glibc's (the launcher applies them; GNN_DIST_MALLOC=system opts out) and torch's huge
-pages (the command line asks for them before torch loads)."""
+pages (`gnn-dist train` asks for them, for large activations only, before torch loads)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gnn_dist.runtime.malloc import keep_freed_memory
+from gnn_dist.runtime.malloc import HUGE_PAGES_MIN_BYTES, activation_bytes, keep_freed_memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
@@ -29,14 +29,33 @@ def _huge_pages_in_child(code: str, env_value: str | None) -> str:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.strip()
 
 
-def test_huge_pages_are_asked_for_before_torch_loads_and_a_users_choice_stands():
-    ask = "from gnn_dist.runtime.malloc import prefer_huge_pages as p; r = p(); import os; "
+def test_huge_pages_only_for_large_activations_before_torch_loads_and_a_users_choice_stands():
+    ask = "from gnn_dist.runtime.malloc import prefer_huge_pages as p; r = p({}); import os; "
     show = "print(r, os.environ.get('THP_MEM_ALLOC_ENABLE'))"
-    assert _huge_pages_in_child(ask + show, None) == "True 1"
-    assert _huge_pages_in_child(ask + show, "0") == "False 0"  # the user's setting is kept
-    late = "import torch; " + ask + show  # torch read its setting at its first allocation: too late to change
+    big, small = ask.format(HUGE_PAGES_MIN_BYTES), ask.format(HUGE_PAGES_MIN_BYTES - 1)
+    assert _huge_pages_in_child(big + show, None) == "True 1"
+    assert _huge_pages_in_child(small + show, None) == "False None"  # smaller tensors ran slower with them
+    assert _huge_pages_in_child(big + show, "0") == "False 0"  # the user's setting is kept
+    assert _huge_pages_in_child(small + show, "1") == "True 1"
+    late = "import torch; " + big + show  # torch read its setting at its first allocation: too late to change
     assert _huge_pages_in_child(late, None) == "False None"
 
-    cli = ("import os, contextlib, io\nfrom gnn_dist.cli import main\nwith contextlib.suppress(SystemExit), "
-           "contextlib.redirect_stdout(io.StringIO()):\n    main(['--help'])\nprint(os.environ.get('THP_MEM_ALLOC_ENABLE'))")
-    assert _huge_pages_in_child(cli, None) == "1"  # the command line asks before it imports anything of torch's
+
+def test_activation_bytes_is_the_largest_ranks_rows_by_the_wider_width():
+    meta = {"num_features": 100, "parts": [{"inner": 10, "halo": 5}, {"inner": 12, "halo": 7}]}
+    assert activation_bytes(meta, hidden=64) == 19 * 100 * 4
+    assert activation_bytes(meta, hidden=256) == 19 * 256 * 4
+    assert activation_bytes({"num_features": None}, hidden=16) == 0  # metadata without parts: no huge pages
+
+
+def test_train_decides_on_huge_pages_from_the_partition_before_torch_loads(tmp_path):
+    from gnn_dist.cli import main
+
+    assert main(["partition", "--dataset", "karate", "--parts", "1", "--out", str(tmp_path / "k")]) == 0
+    code = ("import sys, gnn_dist.runtime.malloc as m, gnn_dist.cli.train as t\n"
+            "m.HUGE_PAGES_MIN_BYTES = 34 * 34 * 4  # karate: 34 rows, 34 features, hidden 16\n"
+            "def stop(a):\n    print(__import__('os').environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules); sys.exit(0)\n"
+            "t.check_args = stop\n"
+            f"from gnn_dist.cli import main; main(['train', '--partition', {str(tmp_path / 'k')!r}])")
+    assert _huge_pages_in_child(code, None) == "1 False"
+    assert _huge_pages_in_child(code.replace("34 * 34 * 4", "34 * 34 * 4 + 1"), None) == "None False"

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gnn_dist.runtime.malloc import prefer_huge_pages
 from partition.errors import GnnDistError
 
 # Exit codes by error kind (partition.errors): 2 for everything a user can fix, as argparse does for bad flags.
@@ -29,7 +28,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    prefer_huge_pages()  # before anything imports torch
     args = build_parser().parse_args(argv)
     try:
         rc = int(args.run(args) or 0)

@@ -167,9 +167,10 @@ def check_args(a: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_args(args)
     from partition.store import read_meta
 
+    huge_pages_for(args.partition, args.hidden)
+    check_args(args)
     meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
     kind = check_partition_kind(args, meta)
     import torch
@@ -192,6 +193,19 @@ def run(args: argparse.Namespace) -> int:
         return trainer.fit(args.epochs, resume=args.resume), trainer.history
 
     return fit_and_report(ctx, args, model, fit, summary)
+
+
+def huge_pages_for(partition_dir: str, hidden: int) -> None:
+    """torch's huge pages where this partition's activations are large (gnn_dist.runtime.malloc), decided
+    before anything imports torch, which reads the setting once; a partition that cannot be read is
+    reported later, after the flags are checked."""
+    from gnn_dist.runtime.malloc import activation_bytes, prefer_huge_pages
+    from partition.store import read_meta
+
+    try:
+        prefer_huge_pages(activation_bytes(read_meta(partition_dir), hidden))
+    except GnnDistError:
+        pass
 
 
 def add_dynamic_flags(p: argparse.ArgumentParser) -> None:
