@@ -1,4 +1,4 @@
-"""Fused CPU kernels (numba): the intB codecs, and dropout masks.
+"""Fused CPU kernels (numba): the intB codecs, dropout masks, and CSR row products.
 
 Codecs: one read of the input per encode, one write per decode.
 

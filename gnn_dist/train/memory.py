@@ -10,7 +10,7 @@ Each category is counted from the tensors themselves, not guessed:
 - activations: the tensors autograd saved for backward during one training step (storages counted
   once; parameters, features and graph tensors left out);
 - parameters and gradients, and optimiser state;
-- runtime: the process's resident memory before the partition was read (interpreter, torch, numba,
+- runtime: the process's resident memory before the partition was read (interpreter, torch,
   the process group).
 
 Beside them, the peak resident memory of the process so far, what of it no category explains
