@@ -111,8 +111,8 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
     if (BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad
             and x2.numel() >= kernels.NUMBA_MIN_ITEMS and kernels.available()):
         out = torch.empty_like(x2)
-        kernels.load().keyed_dropout_rows(x2.contiguous().numpy(), out.numpy(), ids.numpy(), _drop_below(p),
-                                           scale, np.uint64(key))  # one signature for keys above 2^63 too
+        kernels.in_ranges(kernels.load().keyed_dropout_rows, x2.shape[0], x2.contiguous().numpy(), out.numpy(),
+                          ids.numpy(), _drop_below(p), scale, np.uint64(key))  # one signature for keys above 2^63
         return out.view_as(x)
     w = x2.shape[1]
     idx = ids.to(x.device, torch.int64).view(-1, 1) * w + torch.arange(w, device=x.device)

@@ -179,8 +179,9 @@ def dropout_grad_into(lo, hi, grad, mask, scale, out):
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False)
-def keyed_dropout_rows(x, out, ids, drop_below, scale, key):
-    """Row i of x (2-D float32) -> out, element j kept where hash(key, ids[i] * width + j) >= drop_below.
+def keyed_dropout_rows(lo, hi, x, out, ids, drop_below, scale, key):
+    """Rows lo..hi of x (2-D float32) -> out, element j of row i kept where hash(key, ids[i] * width + j) >=
+    drop_below.
 
     The mask of an element depends on its node's global id, not on where the
     row sits, so every rank holding a copy of a row drops the same elements.
@@ -189,7 +190,7 @@ def keyed_dropout_rows(x, out, ids, drop_below, scale, key):
     threshold = np.uint64(drop_below)
     scale = np.float32(scale)
     w = x.shape[1]
-    for i in range(x.shape[0]):
+    for i in range(lo, hi):
         base = np.uint64(ids[i]) * np.uint64(w)
         xi, oi = x[i], out[i]
         for j in range(w):
