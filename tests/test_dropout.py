@@ -110,3 +110,26 @@ def test_kernels_split_over_threads_give_the_same_bits(monkeypatch):
         assert torch.equal(y, results[0][0]) and torch.equal(g, results[0][1])
     y, g = results[0]
     torch.testing.assert_close(g, (y != 0).float() * torch.arange(40.0) / 0.7)  # backward keeps what forward kept
+
+
+@pytest.mark.parametrize("min_items", [0, 1 << 62])  # the numba kernel, then its torch form
+def test_relu_dropout_is_dropout_of_relu_bit_for_bit_with_gradients(monkeypatch, min_items):
+    from gnn_dist.nn.dropout import relu_dropout
+
+    monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", min_items)
+    x0 = torch.randn(500, 24)
+    x0[0, :3] = torch.tensor([0.0, -0.0, float("nan")])
+    weights = torch.randn(24)
+    runs = []
+    for fused in (True, False):
+        x = x0.clone().requires_grad_()
+        torch.manual_seed(5)
+        y = relu_dropout(x, 0.4, True) if fused else dropout(torch.relu(x), 0.4, True)
+        (g,) = torch.autograd.grad((y * weights).sum(), x)  # a NaN row still passes gradients
+        runs.append((y, g))
+    (y1, g1), (y2, g2) = runs
+    assert torch.equal(y1.nan_to_num(), y2.nan_to_num()) and torch.equal(y1.isnan(), y2.isnan())
+    assert torch.equal(y1.signbit(), y2.signbit())  # -0.0 passes ReLU as in torch
+    assert torch.equal(g1, g2)
+    assert not torch.equal(relu_dropout(x0, 0.4, False).nan_to_num(), y1.nan_to_num())  # eval: ReLU alone
+    assert torch.equal(relu_dropout(x0, 0.4, False).nan_to_num(), torch.relu(x0).nan_to_num())

@@ -29,7 +29,7 @@ BACKEND = os.environ.get("GNN_DIST_DROPOUT", "auto")  # auto | torch
 
 class HashDropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, p: float, relu: bool = False) -> torch.Tensor:
         flat = x.detach().contiguous().view(-1)
         out = torch.empty_like(flat)
         mask = torch.empty(flat.shape, dtype=torch.uint8)
@@ -37,10 +37,11 @@ class HashDropout(torch.autograd.Function):
         scale = 1.0 / (1.0 - p)
         if flat.shape[0] >= kernels.NUMBA_MIN_ITEMS:
             kernels.in_ranges(kernels.load().dropout_into, flat.shape[0], flat.numpy(), out.numpy(), mask.numpy(),
-                              _drop_below(p), scale, key)
+                              _drop_below(p), scale, key, relu)
         else:  # the kernel's very mask and products, without loading numba for a small tensor
-            mask = (hash32(key, torch.arange(flat.shape[0])) >= _drop_below(p)).to(torch.uint8)
-            out = flat * _factor(mask, scale)
+            keep = hash32(key, torch.arange(flat.shape[0])) >= _drop_below(p)
+            out = (torch.relu(flat) if relu else flat) * _factor(keep, scale)
+            mask = (keep & ~(flat <= 0) if relu else keep).to(torch.uint8)
         ctx.save_for_backward(mask)
         ctx.scale = scale
         return out.view_as(x)
@@ -50,13 +51,13 @@ class HashDropout(torch.autograd.Function):
         (mask,) = ctx.saved_tensors
         flat = grad.contiguous().view(-1)
         if flat.dtype != torch.float32:
-            return flat.mul(mask).mul_(ctx.scale).view_as(grad), None
+            return flat.mul(mask).mul_(ctx.scale).view_as(grad), None, None
         if flat.shape[0] < kernels.NUMBA_MIN_ITEMS:
-            return (flat * _factor(mask, ctx.scale)).view_as(grad), None
+            return (flat * _factor(mask, ctx.scale)).view_as(grad), None, None
         out = torch.empty_like(flat)
         kernels.in_ranges(kernels.load().dropout_grad_into, flat.shape[0], flat.numpy(), mask.numpy(), ctx.scale,
                           out.numpy())
-        return out.view_as(grad), None
+        return out.view_as(grad), None, None
 
 
 def _factor(mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -75,9 +76,22 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     if not 0.0 <= p < 1.0:
         return F.dropout(x, p, training)  # torch's own error for p outside [0, 1], and p == 1
-    if BACKEND == "torch" or x.device.type != "cpu" or x.dtype != torch.float32 or not kernels.available():
+    if not _hashed(x):
         return F.dropout(x, p, training)
     return HashDropout.apply(x, p)
+
+
+def relu_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """dropout(relu(x)) with the same mask, in one pass each way: no ReLU output kept for backward, where
+    one product by the mask (which also clears x <= 0) serves both."""
+    if not training or p == 0.0 or not 0.0 <= p < 1.0 or not _hashed(x):
+        return dropout(F.relu(x), p, training)
+    return HashDropout.apply(x, p, True)
+
+
+def _hashed(x: torch.Tensor) -> bool:
+    """Dropout of x draws the counter-hash mask (else torch's F.dropout)."""
+    return BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and kernels.available()
 
 
 _M32 = 0xFFFFFFFF

@@ -7,7 +7,7 @@ from torch import nn
 
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
-from gnn_dist.nn.dropout import dropout, input_dropout
+from gnn_dist.nn.dropout import input_dropout, relu_dropout
 
 MODELS = ("gcn", "sage", "gat", "gin")
 
@@ -43,14 +43,12 @@ class GNN(nn.Module):
         """Class logits; with `embed`, the node embeddings the last layer reads instead."""
         for i, conv in enumerate(self.convs):
             if embed and i == len(self.convs) - 1:
-                return x
+                return F.relu(x) if i > 0 else x
             if i == 0:  # the input's halo may come from a once-fetched copy, dropped alike by node id
                 x = input_dropout(x, graph, self.dropout, self.training)
-            else:
-                x = dropout(x, self.dropout, self.training)
+            else:  # the previous layer's ReLU and this layer's dropout, in one pass
+                x = relu_dropout(x, self.dropout, self.training)
             x = conv(x, graph)
-            if i < len(self.convs) - 1:
-                x = F.relu(x)
         return x
 
 

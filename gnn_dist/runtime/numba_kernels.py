@@ -155,18 +155,27 @@ def decode_into(payload, lo, scale, out, rows, add, bits):
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False)
-def dropout_into(lo, hi, x, out, mask, drop_below, scale, key):
+def dropout_into(lo, hi, x, out, mask, drop_below, scale, key, relu):
     """Flat float32 x[lo:hi] -> out = x * scale where kept, else 0; mask = 1 where kept (kept: hash >= drop_below).
 
     The mask of element i depends on (key, i) only, so any split of [0, n) into ranges gives the same result.
+    With `relu`, x goes through ReLU first (NaN and -0.0 pass, as in torch) and the mask also clears where x <= 0,
+    so the one backward pass, grad * scale * mask, is ReLU's and dropout's together.
     """
     key = np.uint64(key)
     threshold = np.uint64(drop_below)
     scale = np.float32(scale)  # as torch multiplies a float32 tensor by a Python float
-    for i in range(lo, hi):
-        keep = _hash32(key, np.uint64(i)) >= threshold
-        mask[i] = np.uint8(keep)
-        out[i] = x[i] * (scale * np.float32(keep))  # branch-free: 1.4x faster than a select
+    if relu:
+        for i in range(lo, hi):
+            keep = _hash32(key, np.uint64(i)) >= threshold
+            v = x[i]
+            mask[i] = np.uint8(keep) & np.uint8(not v <= 0)  # NaN keeps its gradient, as in torch's ReLU backward
+            out[i] = (np.float32(0.0) if v < 0 else v) * (scale * np.float32(keep))  # -0.0 and NaN pass ReLU
+    else:
+        for i in range(lo, hi):
+            keep = _hash32(key, np.uint64(i)) >= threshold
+            mask[i] = np.uint8(keep)
+            out[i] = x[i] * (scale * np.float32(keep))  # branch-free: 1.4x faster than a select
 
 
 @nb.njit(cache=True, nogil=True, boundscheck=False)
