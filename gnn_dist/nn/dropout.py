@@ -122,8 +122,7 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
     key %= 2**64
     scale = 1.0 / (1.0 - p)
     x2 = x.reshape(x.shape[0], -1)
-    if (BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad
-            and x2.numel() >= kernels.NUMBA_MIN_ITEMS and kernels.available()):
+    if _hashed(x) and not x.requires_grad and x2.numel() >= kernels.NUMBA_MIN_ITEMS:
         out = torch.empty_like(x2)
         kernels.in_ranges(kernels.load().keyed_dropout_rows, x2.shape[0], x2.contiguous().numpy(), out.numpy(),
                           ids.numpy(), _drop_below(p), scale, np.uint64(key))  # one signature for keys above 2^63

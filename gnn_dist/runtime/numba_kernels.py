@@ -207,7 +207,6 @@ def keyed_dropout_rows(lo, hi, x, out, ids, drop_below, scale, key):
             oi[j] = xi[j] * (scale * keep)  # branch-free (1.7x faster than a select)
 
 
-
 @nb.njit(cache=True, nogil=True, boundscheck=False)
 def csr_rows_into(lo, hi, indptr, indices, values, x, out, add):
     """Rows lo..hi of a @ x for a CSR `a`, written to `out` (or added to it).
