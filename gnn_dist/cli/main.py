@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from partition.errors import GnnDistError
 
 # Exit codes by error kind (partition.errors): 2 for everything a user can fix, as argparse does for bad flags.
-# A failed peer or an error in a user's own code exits 1 (cli.train); an interrupt 130.
+# An error in a user's own code exits 1 (cli.train); an interrupt 130; a lost peer 3. Once ranks are connected,
+# the failing rank's code is every rank's (gnn_dist.runtime.launch): mpiexec reports the first non-zero code.
 EXIT_CODES = {"usage": 2, "data": 2, "partition-format": 2, "launch": 2, "error": 2}
 
 
@@ -29,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "debug", False):  # the runtime's one switch for whole tracebacks (gnn_dist.runtime.failure)
+        os.environ["GNN_DIST_DEBUG"] = "1"
     try:
         rc = int(args.run(args) or 0)
     except GnnDistError as e:
@@ -37,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"gnn-dist {args.command}: interrupted\n")
         rc = 130
-    if "torch" in sys.modules:  # leave torch.distributed together, before the interpreter winds down
+    if "torch" in sys.modules:  # leave torch.distributed together; on a failure, every peer leaves with rc
         from gnn_dist.runtime.launch import close_all
 
-        close_all(clean=rc == 0)
+        close_all(rc)
     return rc

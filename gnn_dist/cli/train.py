@@ -57,6 +57,9 @@ def add_parser(sub) -> None:
                         "the rest over gloo) or gloo (all)")
     p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
+    p.add_argument("--heartbeat-timeout", type=float, default=60.0, metavar="S",
+                   help="a rank whose heartbeat process has been silent this long is lost (default 60; a rank "
+                        "that is busy or stopped keeps beating, one that has died is known at once)")
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
     p.add_argument("--memory-report", action="store_true",
                    help="after the first epoch, print each rank's memory by what holds it: features, graph and "
@@ -153,6 +156,7 @@ def check_args(a: argparse.Namespace) -> None:
         (0 <= a.dropout < 1, f"--dropout must be in [0, 1), got {a.dropout}"),
         (a.eval_every >= 0 and a.checkpoint_every >= 0, "--eval-every and --checkpoint-every must be >= 0"),
         (a.timeout > 0, f"--timeout must be > 0, got {a.timeout}"),
+        (a.heartbeat_timeout > 1, f"--heartbeat-timeout must be > 1 (seconds), got {a.heartbeat_timeout}"),
         (not (a.checkpoint_every or a.resume) or a.checkpoint_dir, "--checkpoint-every/--resume need --checkpoint-dir"),
     ]
     for ok, msg in rules:
@@ -178,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.runtime.launch import init
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"],
-               transport=args.transport)
+               transport=args.transport, heartbeat_timeout_s=args.heartbeat_timeout)
     if args.memory_report:
         from gnn_dist.runtime.malloc import resident_bytes
 
@@ -353,26 +357,16 @@ def tensorboard(args: argparse.Namespace, ctx):
 def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
     """Train; rank 0 saves the model (and curves) and prints one line.
 
-    A broken collective names the lost rank; an error raised in model code is
-    reported by the rank that raised it, in one line (--debug: the traceback),
-    and its peers leave with it.
+    A broken collective leaves as the peer that broke it says; an error raised
+    in model code (or its sys.exit) is reported by the rank that raised it, in
+    one line (--debug: the traceback), and its peers leave with its code.
     """
-    from gnn_dist.runtime.launch import describe_user_error, is_collective_failure
-
     try:
         final, history = fit()
     except GnnDistError:  # the data or flags, not the code
         raise
-    except Exception as e:
-        if is_collective_failure(e):  # a peer went away: name it if the watchdog can
-            if ctx.watchdog is not None:
-                ctx.watchdog.blame()
-            ctx.fail(f"collective failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-        if getattr(args, "debug", False):
-            import traceback
-
-            traceback.print_exc()
-        ctx.fail(describe_user_error(e), code=1, publish=True)
+    except (Exception, SystemExit) as e:
+        ctx.leave_on(e)
     if args.save_model:  # every rank: learnable node rows are gathered to rank 0
         from gnn_dist.train.checkpoint import model_state, save_atomic
 

@@ -1,39 +1,47 @@
-"""From an MPI (or torchrun) launch to a ready torch.distributed context (docs/design.md §9).
+"""From an MPI (or torchrun) launch to a ready torch.distributed context, and out again (docs/design.md §9).
 
-MPI learns rank and size and agrees on a rendezvous; tensors travel over
-torch.distributed (gloo on CPU, NCCL on GPU), except CPU halo all-to-alls under
-mpiexec, which MPI carries where blocks are small (`gnn_dist.runtime.transport`: 75x less latency). Halo traffic gets
-its own process group so a background exchange never interleaves with the
-gradient all-reduce. A heartbeat watchdog turns a lost rank into a prompt,
-named failure on every survivor instead of a hang.
+MPI learns rank and size and agrees on a rendezvous (`gnn_dist.runtime.rendezvous`); tensors travel over
+torch.distributed (gloo on CPU, NCCL on GPU), except CPU halo all-to-alls under mpiexec, which MPI carries
+where blocks are small (`gnn_dist.runtime.transport`: 75x less latency). Halo traffic gets its own process
+group so a background exchange never interleaves with the gradient all-reduce.
+
+Leaving is the other half. A rank's sentinel process (`gnn_dist.runtime.sentinel`) beats for it and tells
+it when a peer failed or was lost; a rank that fails on its own (an exception or `sys.exit(n)` in a
+script, a partition file that fails its checksum) prints one line, publishes its exit code, and every
+peer leaves within a second or two with that same code, printing nothing more. Equal codes matter:
+MPICH's mpiexec reports the first non-zero code it sees (and ORs codes that arrive together).
 """
 from __future__ import annotations
 
 import atexit
 import datetime
-import fcntl
 import gc
 import os
-import socket
-import struct
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
+from gnn_dist.runtime.failure import describe_user_error, exit_code, exit_line, is_collective_failure, print_traceback
 from gnn_dist.runtime.malloc import keep_freed_memory
+from gnn_dist.runtime.rendezvous import Rendezvous, gloo_interface, mpi_abort, mpi_rendezvous, mpi_store
+from gnn_dist.runtime.sentinel import Failure, Sentinel, Spec
+
+__all__ = ["DistContext", "init", "close_all", "describe_user_error", "is_collective_failure"]
 
 # Objects in reference cycles (exchange <-> policy, context <-> its failure hooks) keep process groups alive
 # until the interpreter's final collection, where destroying gloo's C++ objects can abort the process
 # ("terminate called without an active exception"): collect them at exit, while the interpreter is whole.
 atexit.register(gc.collect)
 _OPEN: list["DistContext"] = []  # contexts not yet closed; closed at exit (registered after gc.collect: runs first)
-FAILED_KEY = "gnn_dist/failed"  # set in the store by a rank that fails on its own (a user error): peers stop too
+_EXIT: dict = {}  # sys.exit's status and caller, for a context that meets interpreter exit outside `with`
+_STARTED = [0]  # contexts started by this process: each gets its own keys in the store
+DRAIN_S = 1.5  # rank 0, whose process holds the store, waits at most this long for its peers to go first
 
 
 @dataclass
@@ -45,7 +53,8 @@ class DistContext:
     device: torch.device
     backend: str
     halo_group: object = None
-    watchdog: "Watchdog | None" = None
+    launcher: str = "mpiexec"  # or "torchrun": who started the ranks (and so how a failing rank ends the rest)
+    sentinel: Sentinel | None = None
     on_fail: list = field(default_factory=list)  # callables(message) run before a failing rank exits
     closed: bool = False
     _failing: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -54,8 +63,10 @@ class DistContext:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.close(clean=exc_type is None)
-        return False
+        if exc is None or self.world_size == 1 or (isinstance(exc, SystemExit) and exit_code(exc) == 0):
+            self.close(clean=exc is None or isinstance(exc, SystemExit))
+            return False
+        self.leave_on(exc)
 
     @property
     def is_main(self) -> bool:
@@ -65,33 +76,39 @@ class DistContext:
     def distributed(self) -> bool:
         return dist.is_available() and dist.is_initialized()
 
-    def fail(self, message: str | None, code: int = 1, grace_s: float = 1.0, publish: bool = False) -> None:
-        """Report on stderr with the rank prefix and leave without waiting on peers.
+    def leave_on(self, exc: BaseException) -> NoReturn:
+        """Leave because `exc` ended this rank's work.
 
-        `publish` tells every peer's watchdog that this rank failed on its own (an
-        error in user code), so peers blocked in a collective leave at once and
-        quietly; `message` None leaves quietly (such a peer).
+        A broken collective means a peer went first: leave as its sentinel says
+        (quietly with a peer's own code, or naming a lost rank). Anything else
+        is this rank's own error: one line (the traceback before it with
+        GNN_DIST_DEBUG=1), published so that every peer leaves with its code.
+        """
+        if is_collective_failure(exc):
+            peer = self.sentinel.wait_failure(3.0) if self.sentinel is not None else None
+            if peer is not None and peer.rank != self.rank:
+                self.fail(peer.line(), code=peer.code)
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.fail(f"collective failed: {text}", code=1, publish=True)
+        print_traceback(exc)
+        self.fail(describe_user_error(exc), code=exit_code(exc), publish=True)
 
-        The short grace lets the launcher forward this line (and the other
-        survivors, who notice within the same heartbeat, theirs) before the
-        first exit makes mpiexec kill the rest. The first failure wins: a
-        second thread failing meanwhile (the main thread's broken collective
-        while the watchdog names the dead peer) waits for that exit instead of
-        reporting a second, vaguer reason.
+    def fail(self, message: str | None, code: int = 1, publish: bool = False) -> NoReturn:
+        """Print `message` with the rank prefix (None: nothing) and leave now, without waiting on peers.
+
+        `publish` tells every peer that this rank failed on its own, so they
+        leave at once, quietly and with `code`: under mpiexec by MPI_Abort,
+        after which mpiexec ends every rank and exits with `code`
+        (`rendezvous.mpi_abort`); otherwise through the store, where rank 0,
+        whose process holds it, waits (at most DRAIN_S) until its peers have
+        gone. The first failure
+        in a process wins: a second thread failing meanwhile (the main
+        thread's broken collective while the sentinel's news is acted on)
+        waits for that exit instead of reporting a second, vaguer reason.
         """
         if not self._failing.acquire(blocking=False):
-            time.sleep(grace_s + 10.0)
+            time.sleep(30.0)
             os._exit(code)
-        if publish and self.watchdog is not None:
-            # no heartbeat after this: rank 0 leaves as soon as it reads the key, and a store call to a
-            # closed store makes torch print a C++ backtrace beside our one line
-            self.watchdog.stop()
-            try:
-                self.watchdog.store.set(FAILED_KEY, f"{self.rank}\t{message}")
-            except Exception:
-                pass
-            if self.rank == 0:  # the store lives here: stay until every peer's watchdog has read the key
-                grace_s = max(grace_s, 2.5 * self.watchdog.period)
         for hook in self.on_fail if message is not None else ():  # e.g. the trainer notes it in its JSONL log
             try:
                 hook(message)
@@ -104,290 +121,195 @@ class DistContext:
             sys.stdout.flush()
         except (OSError, ValueError):  # the launcher may already have closed our stderr
             pass
-        time.sleep(grace_s)
+        if publish and self.launcher == "mpiexec" and self.world_size > 1:
+            mpi_abort(code)
+        if self.sentinel is not None:
+            if publish:
+                self.sentinel.publish(code)
+            if self.rank == 0:
+                self.sentinel.drain(DRAIN_S)
+            self.sentinel.leaving()
         os._exit(code)
+
+    def _told_to_leave(self, failure: Failure) -> None:
+        self.fail(failure.line(), code=failure.code)
 
     def close(self, clean: bool = True) -> None:
         """Leave torch.distributed in an order that cannot abort; called at exit if not before.
 
-        The watchdog stops first (a store call in flight while the store goes
-        away aborts), then all ranks meet, so rank 0, which hosts the store,
-        leaves last; then the process groups go, and with them gloo's threads,
-        while the interpreter is whole. `clean=False` (leaving on an error) waits
-        at most 10 s for peers that may never come.
+        The ranks meet while their sentinels still watch (a peer that fails
+        meanwhile still ends this rank); then each stops its sentinel and they
+        meet again, so no sentinel calls the store after rank 0 has closed it;
+        then the process groups go, and with them gloo's threads, while the
+        interpreter is whole. `clean=False` leaves without meeting.
         """
         if self.closed:
             return
         self.closed = True
         if self in _OPEN:
             _OPEN.remove(self)
-        if self.watchdog is not None:
-            self.watchdog.stop()
         if self.halo_group is not None:
             from gnn_dist.runtime import transport
 
             transport.release(self.halo_group)
-        if self.distributed:
-            try:
-                if self.backend == "gloo" and self.world_size > 1:
-                    wait = datetime.timedelta(seconds=10) if not clean else None
-                    dist.monitored_barrier(timeout=wait, wait_all_ranks=True)
-                elif clean:
-                    dist.barrier()
-            except Exception:
-                pass
-            finally:
+        try:
+            if self.distributed and clean:
+                self._meet()
+            if self.sentinel is not None:
+                self.sentinel.stop()
+            if self.distributed and clean:
+                self._meet()
+        except Exception:
+            pass
+        finally:
+            if self.distributed:
                 dist.destroy_process_group()
         gc.collect()
 
+    def _meet(self) -> None:
+        if self.backend == "gloo" and self.world_size > 1:
+            dist.monitored_barrier(wait_all_ranks=True)
+        else:
+            dist.barrier()
 
-def close_all(clean: bool = True) -> None:
-    """Close every context still open (the launcher on its way out; also run at interpreter exit)."""
-    for ctx in list(_OPEN):
-        ctx.close(clean=clean)
+
+def close_all(code: int = 0) -> None:
+    """Close every context still open, on a command's way out with its exit `code` (and at interpreter exit).
+
+    A non-zero code is this rank's failure, already reported: every peer is told and leaves with it.
+    """
+    for ctx in list(reversed(_OPEN)):
+        if code and ctx.world_size > 1:
+            ctx.fail(None, code=code, publish=True)
+        ctx.close(clean=code == 0)
+
+
+def _at_exit() -> None:
+    """Interpreter exit: a noted `sys.exit(n)`, n != 0, is this rank's failure; otherwise close cleanly."""
+    code = exit_code(SystemExit(_EXIT["status"])) if _EXIT else 0
+    for ctx in list(reversed(_OPEN)):
+        if code and ctx.world_size > 1:
+            ctx.fail(exit_line(_EXIT["status"], _EXIT["where"]), code=code, publish=True)
+        ctx.close()
+
+
+atexit.register(_at_exit)
 
 
 def _leave_on_uncaught(hook):
-    """sys.excepthook for a rank with a context: the traceback as usual, then tell the peers and leave.
-
-    Without this, a rank whose script raised would wait at exit for peers that
-    wait in a collective for it.
-    """
+    """sys.excepthook for a rank with an open context: one line (the traceback with GNN_DIST_DEBUG=1), then
+    tell the peers and leave. Without this, a rank whose script raised would wait at exit for peers that
+    wait in a collective for it."""
     def excepthook(exc_type, exc, tb):
-        hook(exc_type, exc, tb)
-        if _OPEN and not issubclass(exc_type, KeyboardInterrupt):  # (SystemExit never reaches an excepthook)
-            _OPEN[-1].fail(f"{exc_type.__name__}: {exc}", code=1, grace_s=0.5, publish=True)
+        ctx = next((c for c in reversed(_OPEN) if c.world_size > 1), None)
+        if ctx is None:
+            return hook(exc_type, exc, tb)
+        ctx.leave_on(exc)
     return excepthook
 
 
-TRANSPORT_ERRORS = ("third_party/gloo", "gloo/transport", "NCCL error", "Connection closed by peer",
-                    "Connection reset by peer", "Socket Timeout")
+def _noting_exit(exit_):
+    """sys.exit, noting its status and caller: SystemExit never reaches an excepthook, and an open context
+    must know at interpreter exit whether this rank is leaving on purpose with a non-zero code."""
+    def exit(status=None):  # noqa: A001 - stands in for sys.exit
+        caller = sys._getframe(1)
+        _EXIT.update(status=status, where=f" in {caller.f_code.co_filename}:{caller.f_lineno} "
+                                          f"({caller.f_code.co_name})")
+        exit_(status)
+    return exit
 
 
-def is_collective_failure(exc: BaseException) -> bool:
-    """Did `exc` come out of a collective (a peer gone, a timeout) rather than out of model code?
-
-    Yes if torch says so (DistError), if the innermost frame is torch.distributed's or waits on a
-    collective's work handle, or if the message is a transport's (gloo, NCCL).
-    """
-    if isinstance(exc, getattr(dist, "DistError", ())):
-        return True
-    frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        last = frames[-1]
-        if f"torch{os.sep}distributed" in last.filename or ".wait()" in (last.line or ""):
-            return True
-    return any(s in str(exc) for s in TRANSPORT_ERRORS)
+def _watch_exits() -> None:
+    if not getattr(sys.excepthook, "gnn_dist", False):
+        sys.excepthook = _leave_on_uncaught(sys.excepthook)
+        sys.excepthook.gnn_dist = True
+    if not getattr(sys.exit, "gnn_dist", False):
+        sys.exit = _noting_exit(sys.exit)
+        sys.exit.gnn_dist = True
 
 
-def describe_user_error(exc: BaseException) -> str:
-    """One line: the error and the innermost frame of user code (not torch's, not gnn-dist's) that raised it."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    pkg_dirs = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
-    user = [f for f in frames if not f.filename.startswith(pkg_dirs)]
-    frame = (user or frames or [None])[-1]
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    where = f" in {frame.filename}:{frame.lineno} ({frame.name})" if frame is not None else ""
-    return f"{type(exc).__name__}{where}: {text} (--debug shows the traceback)"
-
-
-def _interfaces() -> dict[str, str]:
-    """IPv4 address of every interface that has one (name -> address)."""
-    out = {}
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        for _, name in socket.if_nameindex():
-            try:
-                packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))  # SIOCGIFADDR
-                out[name] = socket.inet_ntoa(packed[20:24])
-            except OSError:
-                continue
-    finally:
-        s.close()
-    return out
-
-
-def _iface_towards(addr: str) -> str | None:
-    """The local interface the kernel would route to `addr` through."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.connect((addr, 9))
-        local = s.getsockname()[0]
-    except OSError:
-        return None
-    finally:
-        s.close()
-    for name, ip in _interfaces().items():
-        if ip == local:
-            return name
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def _mpi_rendezvous(master_addr: str | None, iface: str | None):
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    local_rank, local_size = local.Get_rank(), local.Get_size()
-    local.Free()
-    ifaces = _interfaces()
-    all_ifaces = comm.allgather(sorted(ifaces.items()))
-    if rank == 0:
-        if master_addr is None and iface:
-            if iface not in ifaces:
-                raise LaunchError(f"--iface {iface} has no IPv4 address on rank 0 (have: {', '.join(ifaces)})")
-            master_addr = ifaces[iface]
-        if master_addr is None:
-            one_host = all(a == all_ifaces[0] for a in all_ifaces)
-            master_addr = "127.0.0.1" if one_host else next(
-                (ip for name, ip in sorted(ifaces.items()) if not ip.startswith("127.")), "127.0.0.1")
-        payload = (master_addr, _free_port())
-    else:
-        payload = None
-    master_addr, port = comm.bcast(payload, root=0)
-    return rank, size, local_rank, local_size, master_addr, port
-
-
-def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None = None,
-         master_addr: str | None = None, expected_world: int | None = None,
-         heartbeat_s: float = 1.0, dead_after_s: float = 10.0, transport: str = "auto") -> DistContext:
-    """Start torch.distributed for this process; `expected_world` is checked before any network setup.
-
-    `transport`: how CPU halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
-    MPI under an mpiexec launch on CPU with no more ranks than cores per host, everything else over
-    torch.distributed) or "gloo" (all of them).
-
-    The context closes itself at interpreter exit (or use `with gd.init() as ctx:`); a rank whose
-    script dies of an uncaught exception makes its peers leave too.
-    """
-    if transport not in ("auto", "gloo"):
-        raise LaunchError(f"unknown transport '{transport}' (choose auto or gloo)")
-    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if torchrun:
-        rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        local_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        init_method = "env://"
-        addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    else:
-        rank, size, local_rank, local_size, addr, port = _mpi_rendezvous(master_addr, iface)
-        init_method = f"tcp://{addr}:{port}"
-    if expected_world is not None and size != expected_world:
-        raise LaunchError(f"launched with {size} ranks but the partition has {expected_world} parts "
-                          f"(run mpiexec -n {expected_world})")
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_size, 1)))
-    keep_freed_memory()
+def _device(backend: str | None, local_rank: int, local_size: int) -> tuple[torch.device, str]:
     use_cuda = torch.cuda.is_available() and backend in (None, "nccl")
     if backend == "nccl" and not use_cuda:
         raise LaunchError("--backend nccl needs CUDA, and this torch sees no GPU (use gloo)")
     if use_cuda and local_size > torch.cuda.device_count():
         raise LaunchError(f"{local_size} ranks on this host but {torch.cuda.device_count()} GPU(s): NCCL needs one GPU "
                           f"per rank (launch fewer ranks per host, or --backend gloo to train on the CPU)")
-    backend = backend or ("nccl" if use_cuda else "gloo")
     device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
+    return device, backend or ("nccl" if use_cuda else "gloo")
+
+
+def _torchrun_rendezvous() -> Rendezvous:
+    env = os.environ
+    return Rendezvous(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
+                      int(env.get("LOCAL_WORLD_SIZE", 1)), env.get("MASTER_ADDR", "127.0.0.1"),
+                      int(env.get("MASTER_PORT", 29500)))
+
+
+def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None = None,
+         master_addr: str | None = None, expected_world: int | None = None, heartbeat_s: float = 1.0,
+         heartbeat_timeout_s: float = 60.0, transport: str = "auto") -> DistContext:
+    """Start torch.distributed for this process; `expected_world` is checked before any network setup.
+
+    `transport`: how CPU halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
+    MPI under an mpiexec launch on CPU with no more ranks than cores per host, everything else over
+    torch.distributed) or "gloo" (all of them). `heartbeat_timeout_s`: a rank whose sentinel has not
+    beaten for this long is lost (a rank that is merely busy or stopped keeps beating).
+
+    The context closes itself at interpreter exit (or use `with gd.init() as ctx:`). An exception or
+    `sys.exit(n)` on one rank is printed there in one line, and every rank leaves with its code.
+    """
+    if transport not in ("auto", "gloo"):
+        raise LaunchError(f"unknown transport '{transport}' (choose auto or gloo)")
+    if not (heartbeat_s > 0 and heartbeat_timeout_s > heartbeat_s):
+        raise LaunchError(f"the heartbeat timeout ({heartbeat_timeout_s:g} s) must exceed its period "
+                          f"({heartbeat_s:g} s)")
+    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    rv = _torchrun_rendezvous() if torchrun else mpi_rendezvous(master_addr, iface)
+    if expected_world is not None and rv.size != expected_world:
+        raise LaunchError(f"launched with {rv.size} ranks but the partition has {expected_world} parts "
+                          f"(run mpiexec -n {expected_world})")
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(rv.local_size, 1)))
+    keep_freed_memory()
+    device, backend = _device(backend, rv.local_rank, rv.local_size)
     if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
-        name = iface or ("lo" if addr.startswith("127.") else _iface_towards(addr))
+        name = gloo_interface(iface, rv.addr)
         if name:
             os.environ["GLOO_SOCKET_IFNAME"] = name
-    timeout = datetime.timedelta(seconds=timeout_s)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size, timeout=timeout)
-    halo_group = dist.new_group(backend=backend, timeout=timeout) if size > 1 else None
-    # MPI waits poll: with more ranks than cores on a host they would take cores from ranks that compute
-    # (Cora at P=4 on 2 cores: 29.9 ms an epoch over MPI, 28.1 over gloo; at P=2, 10.8 against 16.3)
-    if halo_group is not None and not torchrun and backend == "gloo" and transport != "gloo" and \
-            local_size <= (os.cpu_count() or 1):
-        from gnn_dist.runtime import transport as halo_transport
-
-        halo_transport.use_mpi(halo_group)
-    ctx = DistContext(rank, size, local_rank, local_size, device, backend, halo_group)
-    if size > 1:
-        ctx.watchdog = Watchdog(ctx, heartbeat_s, dead_after_s)
-        ctx.watchdog.start()
-    if not _OPEN and not getattr(sys.excepthook, "gnn_dist", False):
-        sys.excepthook = _leave_on_uncaught(sys.excepthook)
-        sys.excepthook.gnn_dist = True
+    ctx = DistContext(rv.rank, rv.size, rv.local_rank, rv.local_size, device, backend,
+                      launcher="torchrun" if torchrun else "mpiexec")
+    _STARTED[0] += 1
+    if rv.size > 1:  # forked before any store or gloo thread exists
+        run = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
+        spec = Spec(rv.addr, rv.port, rv.rank, rv.size, f"gnn_dist/{run if torchrun else ''}/{_STARTED[0]}/",
+                    heartbeat_s, heartbeat_timeout_s, timeout_s)
+        ctx.sentinel = Sentinel(spec, ctx._told_to_leave)
+    try:
+        ctx.halo_group = _process_groups(rv, backend, datetime.timedelta(seconds=timeout_s), torchrun, transport)
+    except BaseException:
+        if ctx.sentinel is not None:
+            ctx.sentinel.stop()
+        raise
+    _watch_exits()
     _OPEN.append(ctx)
     return ctx
 
 
-atexit.register(close_all)
+def _process_groups(rv: Rendezvous, backend: str, timeout: datetime.timedelta, torchrun: bool, transport: str):
+    """The default group over the rendezvous store, and the halo group (None for one rank)."""
+    if torchrun:
+        dist.init_process_group(backend, init_method="env://", rank=rv.rank, world_size=rv.size, timeout=timeout)
+    else:
+        dist.init_process_group(backend, store=mpi_store(rv, timeout), rank=rv.rank, world_size=rv.size,
+                                timeout=timeout)
+    halo_group = dist.new_group(backend=backend, timeout=timeout) if rv.size > 1 else None
+    # MPI waits poll: with more ranks than cores on a host they would take cores from ranks that compute
+    # (Cora at P=4 on 2 cores: 29.9 ms an epoch over MPI, 28.1 over gloo; at P=2, 10.8 against 16.3)
+    if halo_group is not None and not torchrun and backend == "gloo" and transport != "gloo" and \
+            rv.local_size <= (os.cpu_count() or 1):
+        from gnn_dist.runtime import transport as halo_transport
 
-
-class Watchdog:
-    """Heartbeats through the rendezvous store; a silent peer makes this rank exit naming it.
-
-    Counters, not clocks, travel: each rank bumps its own and notes locally
-    when each peer's last changed, so hosts need no synchronised time.
-    """
-
-    def __init__(self, ctx: DistContext, period_s: float, dead_after_s: float):
-        self.ctx = ctx
-        self.period = period_s
-        self.dead_after = dead_after_s
-        self.store = dist.distributed_c10d._get_default_store()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gnn-dist-watchdog", daemon=True)
-        self.lost: int | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Ask the thread to finish and wait for it: a store call in flight during shutdown aborts the process."""
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.period * 5 + self.dead_after)
-
-    def _run(self) -> None:
-        n, me = self.ctx.world_size, self.ctx.rank
-        beat = 0
-        last_val = [None] * n
-        last_change = [time.monotonic()] * n
-        while not self._stop.is_set():
-            beat += 1
-            try:
-                self.store.set(f"gnn_dist/hb/{me}", str(beat))
-                if self.store.check([FAILED_KEY]):  # a peer failed on its own and said so: leave quietly
-                    self.lost = int(self.store.get(FAILED_KEY).decode().split("\t")[0])
-                    # rank 0 hosts the store: it leaves after the failing rank (1 s of grace), whose
-                    # client would otherwise meet a closed store and make torch print a backtrace
-                    self.ctx.fail(None, code=3, grace_s=0.2 if me != 0 else 2.0)
-                for r in range(n):
-                    if r == me:
-                        continue
-                    key = f"gnn_dist/hb/{r}"
-                    val = self.store.get(key) if self.store.check([key]) else None
-                    if val != last_val[r]:
-                        last_val[r], last_change[r] = val, time.monotonic()
-                    elif time.monotonic() - last_change[r] > self.dead_after:
-                        self._lose(r, f"no heartbeat for {self.dead_after:.0f} s")
-            except Exception:  # the store lives on rank 0's process: losing it means rank 0 is gone
-                if self._stop.is_set():
-                    return
-                if me != 0:
-                    self._lose(0, "rendezvous store on rank 0 unreachable")
-                return
-            self._stop.wait(self.period)
-
-    def _lose(self, rank: int, why: str) -> None:
-        self.lost = rank
-        # rank 0 hosts the store: lingering a few heartbeats longer lets every survivor see the same dead
-        # peer before the store goes and they would blame rank 0 instead
-        grace = 1.0 + (3 * self.period if self.ctx.rank == 0 else 0.0)
-        self.ctx.fail(f"rank {rank} lost ({why}); aborting", code=3, grace_s=grace)
-
-    def blame(self, wait_s: float | None = None) -> int | None:
-        """After a failed collective, give the watchdog time to name the dead peer (it exits the process)."""
-        deadline = time.monotonic() + (wait_s if wait_s is not None else self.dead_after + 3 * self.period)
-        while time.monotonic() < deadline and self.lost is None:
-            time.sleep(0.1)
-        return self.lost
+        halo_transport.use_mpi(halo_group)
+    return halo_group
