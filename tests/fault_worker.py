@@ -1,0 +1,44 @@
+"""A user's script in the README's style whose one rank fails mid-training (tests/test_rank_errors.py,
+scripts/fault_table.py).
+
+Usage: python tests/fault_worker.py PARTITION FAIL_RANK raise|exit3 with|plain
+`raise`: ValueError in forward at epoch 3; `exit3`: sys.exit(3) there. `with`: the context is a `with` block;
+`plain`: gd.init() only, closed at interpreter exit.
+"""
+import sys
+
+import torch
+
+import gnn_dist as gd
+
+FAIL_RANK, MODE, STYLE = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+
+class Faulty(torch.nn.Module):
+    """A built-in model whose forward on one rank fails in the fourth training pass (epoch 3)."""
+
+    def __init__(self, inner: torch.nn.Module, rank: int):
+        super().__init__()
+        self.inner, self.rank, self.calls = inner, rank, 0
+
+    def forward(self, x, graph):
+        if self.training:
+            self.calls += 1
+            if self.rank == FAIL_RANK and self.calls == 4:
+                if MODE == "exit3":
+                    sys.exit(3)
+                raise ValueError("bad value at epoch 3")
+        return self.inner(x, graph)
+
+
+def train(ctx) -> None:
+    part = gd.load_partition(sys.argv[1], ctx)
+    model = Faulty(gd.nn.build_model("gcn", part.num_features, 16, part.num_classes), ctx.rank)
+    gd.Trainer(model, part, ctx, progress=False, eval_every=0).fit(epochs=50)
+
+
+if STYLE == "with":
+    with gd.init() as ctx:
+        train(ctx)
+else:
+    train(gd.init())

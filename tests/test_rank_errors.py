@@ -1,0 +1,120 @@
+"""A rank's own error is printed once, by that rank, in one line, and every rank is gone within 2 s with its code.
+
+Three faults, each under two launches. Under mpiexec the failing rank ends the job with MPI_Abort, so
+mpiexec's own exit code is the rank's (hydra's cleanup after a plain exit would race it against 9).
+Without a launcher that owns the ranks (torchrun-style variables), the failing rank publishes its code
+in the store and every peer leaves with it, quietly: each rank's own exit code is checked there.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, cli_partition
+
+pytestmark = pytest.mark.slow  # multi-rank launches
+
+MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+WORKER = str(ROOT / "tests" / "fault_worker.py")
+NOISE = re.compile(r"terminate called|Aborted|core dumped|Exception raised from|Abort\(|\.cpp:\d+|BAD TERMINATION")
+CASES = {  # name: (command after the interpreter, given the partitions; failing rank; exit code; its line starts)
+    "script raises on rank 1": (lambda p: [WORKER, str(p["good"]), "1", "raise", "with"], 1, 1,
+                                "[rank 1] gnn-dist: error: ValueError in "),
+    "script calls sys.exit(3) on rank 0": (lambda p: [WORKER, str(p["good"]), "0", "exit3", "plain"], 0, 3,
+                                           "[rank 0] gnn-dist: error: sys.exit(3) in "),
+    "part-1/features.npy truncated": (lambda p: ["-m", "gnn_dist", "train", "--partition", str(p["truncated"]),
+                                                 "--quiet"], 1, 2, "gnn-dist train: error: partition file "),
+}
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rank-errors")
+    good = cli_partition(folder, "karate", 2)
+    truncated = folder / "truncated"
+    subprocess.run(["cp", "-r", str(good), str(truncated)], check=True)
+    features = truncated / "part-1" / "features.npy"
+    os.truncate(features, features.stat().st_size // 2)
+    return {"good": good, "truncated": truncated}
+
+
+class Run:
+    """Processes of one launch, their stderr lines with arrival times, and every process under them."""
+
+    def __init__(self, procs: list[subprocess.Popen]):
+        self.procs, self.lines, self.seen = procs, [], {}
+        self.readers = [threading.Thread(target=self._read, args=(p,), daemon=True) for p in procs]
+        for t in self.readers:
+            t.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait(self, timeout: float = 120) -> float:
+        """Wait until every process (sentinels included) is gone; the time it happened."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                try:
+                    for c in [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]:
+                        self.seen.setdefault(c.pid, c)
+                except psutil.Error:
+                    pass
+            if all(p.poll() is not None for p in self.procs) and not any(_running(c) for c in self.seen.values()):
+                break
+            time.sleep(0.02)
+        t_end = time.monotonic()
+        for p in self.procs:
+            p.kill()
+        for t in self.readers:
+            t.join(timeout=5)
+        return t_end
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def launch(argv: list[str], direct: bool) -> Run:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if not direct:
+        return Run([subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, *argv], env=env, cwd=ROOT, text=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return Run([subprocess.Popen([sys.executable, *argv], cwd=ROOT, text=True, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE,
+                                 env=dict(env, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2",
+                                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+                for r in range(2)])
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["mpiexec", "torchrun-style"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_ranks_own_error_is_one_line_and_every_rank_leaves_with_its_code(parts, case, direct):
+    command, failing, code, start = CASES[case]
+    run = launch(command(parts), direct)
+    t_gone = run.wait()
+    text = "\n".join(line for _, line in run.lines)
+    lines = [(t, line) for t, line in run.lines if line.strip()]
+    assert len(lines) == 1 and lines[0][1].startswith(start), text
+    assert not NOISE.search(text), text
+    if direct:
+        assert [p.returncode for p in run.procs] == [code, code], (case, [p.returncode for p in run.procs], text)
+    else:
+        assert run.procs[0].returncode == code, (case, run.procs[0].returncode, text)
+    assert t_gone - lines[0][0] < 2.0, f"{t_gone - lines[0][0]:.2f} s from the line until every process was gone"
