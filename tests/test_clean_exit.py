@@ -1,4 +1,4 @@
-"""No run aborts at exit: 5 runs each of a 4-rank user script that never calls close, and of the CLI's error
+"""No run aborts at exit: 3 runs each of a 4-rank user script that never calls close, and of the CLI's error
 path (exit 2). `python scripts/exit_soak.py` runs the 50-run soak."""
 from __future__ import annotations
 
