@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's gnn_dist, not whichever one the venv installed
 USER_SCRIPT = """
 import sys
 import numpy as np
@@ -71,7 +73,7 @@ def run_once(kind: str, folder: Path, timeout: float) -> tuple[int, bool, str]:
         cmd = [str(BIN / "mpiexec"), "-n", "2", str(BIN / "gnn-dist"), "train", "--partition",
                str(folder / "notrain-2"), "--quiet"]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=ENV)
     except subprocess.TimeoutExpired:
         return -1, False, "timeout"
     aborted = "terminate called" in r.stderr or r.returncode in (6, 134, -6) or "signal 6" in r.stderr
@@ -90,7 +92,7 @@ def main() -> int:
     (folder / "user.py").write_text(USER_SCRIPT)
     for spec, parts, name in (("cora", 4, "cora-4"), (f"file:{no_train_graph(folder)}", 2, "notrain-2")):
         subprocess.run([str(BIN / "gnn-dist"), "partition", "--dataset", spec, "--parts", str(parts), "--out",
-                        str(folder / name)], check=True, capture_output=True, cwd=ROOT)
+                        str(folder / name)], check=True, capture_output=True, cwd=ROOT, env=ENV)
     stop = multiprocessing.Event()
     busy = [multiprocessing.Process(target=spin, args=(stop,), daemon=True) for _ in range(a.busy)]
     for p in busy:
