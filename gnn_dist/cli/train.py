@@ -57,9 +57,8 @@ def add_parser(sub) -> None:
                         "the rest over gloo) or gloo (all)")
     p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
-    p.add_argument("--heartbeat-timeout", type=float, default=60.0, metavar="S",
-                   help="a rank whose heartbeat process has been silent this long is lost (default 60; a rank "
-                        "that is busy or stopped keeps beating, one that has died is known at once)")
+    p.add_argument("--heartbeat-timeout", type=float, default=60.0, metavar="S", help="a rank whose heartbeat "
+                   "process is silent this long is lost (default 60; a busy or stopped rank keeps beating)")
     p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
     p.add_argument("--memory-report", action="store_true",
                    help="after the first epoch, print each rank's memory by what holds it: features, graph and "
