@@ -233,7 +233,10 @@ def inject(case: Case, watch: Watch) -> float | None:
     target.send_signal(signal.SIGSTOP)
     t = time.monotonic()
     time.sleep(5.0)
-    target.send_signal(signal.SIGCONT)
+    try:
+        target.send_signal(signal.SIGCONT)
+    except psutil.Error:  # given up for lost and ended meanwhile
+        pass
     return t
 
 
@@ -249,6 +252,9 @@ def outcome(case: Case, mode: str, procs, watch: Watch, t_fault, t_end, timed_ou
                       and "final epoch" not in line})
     if case.marker is not None:
         o.note = "the file's command RAN" if case.marker.exists() else "nothing ran"
+    if case.signal:
+        did = f"{'killed' if case.signal == 'kill' else 'stopped 5 s'}: rank {case.signal_rank}"
+        o.note = did if t_fault is not None else "the signal was NOT sent (the run ended first)"
     if timed_out:
         o.note = (o.note + "; " if o.note else "") + "TIMED OUT"
     return o
