@@ -24,21 +24,12 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from gnn_dist.runtime import streams
 from gnn_dist.runtime.collectives import broadcast, sum_gradients, sync_parameters
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train import checkpoint
 from gnn_dist.train.optim import make_optimizer, make_schedule
 from partition.errors import UsageError
-
-
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """Dropout stream per (seed, epoch, rank): a resumed run replays exactly the masks it would have drawn."""
-    return (seed * 1_000_003 + epoch * 7919 + rank) % (2**63 - 1)
-
-
-def input_key(seed: int, epoch: int) -> int:
-    """Input-dropout key per (seed, epoch), the same on every rank: ranks must drop a node's features alike."""
-    return (((seed * 1_000_003 + epoch + 1) * 0x9E3779B97F4A7C15) % 2**64) >> 1
 
 
 class Task(Protocol):
@@ -87,10 +78,11 @@ class Loop:
 
     # ------------------------------------------------------------------ steps
     def begin_epoch(self, epoch: int) -> int:
-        """Seed this epoch's per-rank dropout; returns its input-dropout key (the same on every rank)."""
-        torch.manual_seed(epoch_seed(self.seed, epoch, self.ctx.rank))
+        """Open this epoch's random streams (dropout, dither: per rank); returns its input-dropout key (the
+        same on every rank). The streams close when the epoch's `train_epoch` returns."""
+        streams.begin(self.seed, epoch, self.ctx.rank)
         self.model.train()
-        return input_key(self.seed, epoch)
+        return streams.input_key(self.seed, epoch)
 
     def step(self, loss_sum: torch.Tensor, count: float) -> float:
         """Backpropagate loss_sum / count, sum gradients over ranks, step; the loss sum over all ranks."""
@@ -102,16 +94,20 @@ class Loop:
 
     def train_epoch(self, epoch: int) -> float:
         graph = getattr(self.task, "graph", None)
-        if self.memory_report is not None and graph is not None:
-            from gnn_dist.train import memory
+        try:
+            if self.memory_report is not None and graph is not None:
+                from gnn_dist.train import memory
 
-            meter = memory.ActivationMeter(memory.known_storages(list(self.model.parameters()), graph.x))
-            with meter.measuring():
+                meter = memory.ActivationMeter(memory.known_storages(list(self.model.parameters()), graph.x))
+                with meter.measuring():
+                    loss = self.task.train_epoch(self, epoch)
+                memory.print_reports(memory.report(graph, self.model, self.opt, meter.bytes, self.memory_report),
+                                     self.ctx)
+                self.memory_report = None
+            else:
                 loss = self.task.train_epoch(self, epoch)
-            memory.print_reports(memory.report(graph, self.model, self.opt, meter.bytes, self.memory_report), self.ctx)
-            self.memory_report = None
-        else:
-            loss = self.task.train_epoch(self, epoch)
+        finally:
+            streams.end()
         if self.sched is not None:
             self.sched.step()
         return loss
