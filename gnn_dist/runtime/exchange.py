@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.runtime import codec, streams, transport
+from gnn_dist.runtime import codec, policy_state, streams, transport
 from gnn_dist.runtime.adaptive import AdaptivePolicy
 from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready
 from partition.errors import UsageError
@@ -342,6 +342,18 @@ class HaloExchange:
             return block
 
         return Pending(None, merge, self.stats[channel])
+
+    # ----------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """This rank's policy state, for a checkpoint (`gnn_dist.runtime.policy_state`: what and why)."""
+        return policy_state.save(self)
+
+    def state_mismatch(self, state: dict) -> str | None:
+        """Why `state` cannot continue this exchange (another plan or other settings); None if it can."""
+        return policy_state.mismatch(self, state)
+
+    def load_state_dict(self, state: dict) -> None:
+        policy_state.load(self, state)
 
 
 class SharedHalo:

@@ -26,6 +26,9 @@ from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train.loop import Loop
 from partition.errors import UsageError
 
+RESUME_WITH_POLICY = ("--resume is refused on dynamic graphs under adaptive bit-widths, staleness or skipping: their "
+                      "exchanges (one per snapshot group) are not checkpointed, so a resumed run would differ from "
+                      "the uninterrupted one (codecs alone resume exactly)")
 
 class DynamicTask:
     monitor = None  # train and test periods only: no validation snapshots to judge "best" by
@@ -131,6 +134,11 @@ class DynamicTrainer(Loop):
         task = DynamicTask(model.to(ctx.device), seq, ctx, window, snapshot_group)
         super().__init__(model, task, ctx, weight_decay=weight_decay, **options)
         self.seq, self.num_nodes = seq, task.num_nodes
+
+    def fit(self, epochs: int, resume: bool = False) -> dict:
+        if resume and self.seq.stateful:
+            raise UsageError(RESUME_WITH_POLICY)
+        return super().fit(epochs, resume)
 
     def predict(self) -> torch.Tensor:
         return self.task.predict()
