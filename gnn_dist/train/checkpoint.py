@@ -86,12 +86,13 @@ def _local(params) -> list[tuple[int, torch.nn.Parameter]]:
     return [(i, p) for i, p in enumerate(params) if is_rank_local(p)]
 
 
-def model_state(model: torch.nn.Module, ctx: DistContext) -> dict:
-    """`model.state_dict()` with rank-local tables whole (complete on rank 0; every rank must call this)."""
-    state = model.state_dict()
+def model_state(model: torch.nn.Module, ctx: DistContext, state: dict | None = None) -> dict:
+    """`model.state_dict()` (or `state`, one of the model's state dicts) with rank-local tables whole
+    (complete on rank 0; every rank must call this)."""
+    state = model.state_dict() if state is None else dict(state)  # (a fresh state_dict keeps its _metadata)
     for name, p in model.named_parameters():
         if is_rank_local(p):
-            state[name] = gather_rows(p.data, p.rank_rows, p.num_rows, ctx)
+            state[name] = gather_rows(state[name], p.rank_rows, p.num_rows, ctx)
     return state
 
 
@@ -113,13 +114,18 @@ def _own_rows(value, p: torch.nn.Parameter):
     return value[p.rank_rows] if whole and value.shape[1:] == p.shape[1:] else value
 
 
-def load_model_state(model: torch.nn.Module, state: dict) -> None:
-    """Load a state dict whose rank-local tables are whole: this rank takes its own rows."""
+def own_model_state(model: torch.nn.Module, state: dict) -> dict:
+    """A state dict whose rank-local tables are whole, with this rank's own rows of them."""
     state = dict(state)
     for name, p in model.named_parameters():
         if is_rank_local(p) and name in state:
             state[name] = _own_rows(state[name], p)
-    model.load_state_dict(state)
+    return state
+
+
+def load_model_state(model: torch.nn.Module, state: dict) -> None:
+    """Load a state dict whose rank-local tables are whole: this rank takes its own rows."""
+    model.load_state_dict(own_model_state(model, state))
 
 
 def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:

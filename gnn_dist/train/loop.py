@@ -133,9 +133,10 @@ class Loop:
             self._log(record)
             bar.set_postfix(loss=f"{loss:.4f}", s=f"{dt:.3f}",
                             **{self.task.monitor: f"{record[self.task.monitor]:.3f}"} if self.task.monitor in record else {})
+            stop = self.keep_best and self.task.monitor in record and self._track_best(epoch, record)
             if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:
-                self.save_checkpoint(epoch)
-            if self.keep_best and self.task.monitor in record and self._track_best(epoch, record):
+                self.save_checkpoint(epoch)  # after this epoch's best weights and patience are counted
+            if stop:
                 self._say(f"early stop at epoch {epoch}: {self.task.monitor} has not improved for {self.early_stop} "
                           f"evaluations (best {self.best['value']:.4f} at epoch {self.best['epoch']})")
                 break
@@ -182,11 +183,14 @@ class Loop:
         model, opt = checkpoint.model_state(self.model, self.ctx), checkpoint.optimizer_state(self.opt, self.ctx)
         ex = self._exchange()
         exchange = checkpoint.gather_objects(ex.state_dict(), self.ctx) if ex is not None else None
+        best = None if not self.best else {"value": float(self.best["value"]), "epoch": int(self.best["epoch"]),
+                                           "stale": int(self.best["stale"]),
+                                           "state": checkpoint.model_state(self.model, self.ctx, self.best["model"])}
         if self.ctx.is_main:
             checkpoint.save_atomic(checkpoint.stamped(
                 checkpoint.CHECKPOINT, epoch=int(epoch), seed=int(self.seed), world_size=self.ctx.world_size,
                 model=model, optimizer=opt, schedule=self.sched.state_dict() if self.sched else None,
-                exchange=exchange), self.ckpt)
+                exchange=exchange, best=best), self.ckpt)
 
     def _exchange(self):
         """The exchange whose policy state checkpoints carry; None without one (one rank; snapshot sequences,
@@ -203,6 +207,10 @@ class Loop:
         if self.sched is not None and state.get("schedule"):
             self.sched.load_state_dict(state["schedule"])
         self.seed = int(state["seed"])  # the run's random streams go on as they were
+        if state.get("best"):  # early stopping's patience and the best weights so far go on too
+            best = state["best"]
+            self.best = {"value": best["value"], "epoch": best["epoch"], "stale": best["stale"],
+                         "model": checkpoint.own_model_state(self.model, best["state"])}
         self._resume_exchange(state, mine)
         return int(state["epoch"]) + 1
 
