@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import cli_partition, run_worker
+from tests.conftest import worker_on
 from tests.resume_worker import EPOCHS, POLICIES, STOP
 
 pytestmark = pytest.mark.slow  # a multi-rank launch
@@ -16,11 +16,7 @@ pytestmark = pytest.mark.slow  # a multi-rank launch
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("resume")
-    part = cli_partition(tmp, "cora", 2)
-    out = tmp / "out"
-    out.mkdir()
-    run_worker(2, "resume_worker.py", out, part)
+    out, _ = worker_on(tmp_path_factory.mktemp("resume"), "cora", 2, "resume_worker.py")
     return {(name, rank): np.load(out / f"{name}-rank{rank}.npz") for name in POLICIES for rank in (0, 1)}
 
 
