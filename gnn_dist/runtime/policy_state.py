@@ -19,13 +19,17 @@ of policy settings; `mismatch` says when it cannot continue an exchange.
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 import torch
 
 from gnn_dist.runtime.transfers import Ready
 
+if TYPE_CHECKING:
+    from gnn_dist.runtime.exchange import HaloExchange
 
-def settings(ex) -> list:
+
+def settings(ex: "HaloExchange") -> list:
     """The policy settings a state was made under."""
     c = ex.config
     return [c.codec, c.staleness, c.momentum, c.skip_threshold, c.refresh_every, c.adaptive_every, c.budget_bits]
@@ -35,7 +39,7 @@ def _cpu(blocks: dict) -> dict:
     return {k: v.detach().cpu() for k, v in blocks.items()}
 
 
-def save(ex) -> dict:
+def save(ex: "HaloExchange") -> dict:
     """This rank's policy state of exchange `ex` (stale blocks in flight are waited for)."""
     state = {"plan": [list(ex.send_counts), list(ex.recv_counts)], "settings": settings(ex), "epoch": int(ex.epoch),
              "backward_ever": bool(ex._backward_ever),
@@ -52,7 +56,7 @@ def save(ex) -> dict:
     return state
 
 
-def mismatch(ex, state: dict) -> str | None:
+def mismatch(ex: "HaloExchange", state: dict) -> str | None:
     """Why `state` cannot continue exchange `ex`: another partition or other policy settings; None if it can."""
     if state.get("plan") != [list(ex.send_counts), list(ex.recv_counts)]:
         return "the partition's halo plan differs from the checkpoint's"
@@ -61,7 +65,7 @@ def mismatch(ex, state: dict) -> str | None:
     return None
 
 
-def load(ex, state: dict) -> None:
+def load(ex: "HaloExchange", state: dict) -> None:
     """Continue exchange `ex` from `state` (check `mismatch` first)."""
     dev = ex.device
     ex.epoch, ex._backward_ever, ex._backward_seen = state["epoch"], state["backward_ever"], state["new_step"]
