@@ -47,6 +47,14 @@ def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> sub
     return r
 
 
+def worker_on(folder: Path, dataset: str, world: int, script: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """Partition `dataset` into `world` parts (the CLI), then run tests/SCRIPT OUT PART at `world` ranks; (OUT, run)."""
+    part = cli_partition(folder, dataset, world)
+    out = folder / "out"
+    out.mkdir()
+    return out, run_worker(world, script, out, part)
+
+
 def run_mpi(world: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`mpiexec -n WORLD gnn-dist ARGS` from the checkout, which must succeed (its stderr tail on failure)."""
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))

@@ -100,7 +100,9 @@ def test_trains_and_saves_a_model_that_loads_single_process(karate2, tmp_path):
 
     g = load_dataset("karate")
     model = build_model("sage", g.num_features, 16, g.num_classes)
-    model.load_state_dict(torch.load(model_file, weights_only=False)["model"])
+    saved = torch.load(model_file, weights_only=True)  # tensors and plain values only
+    assert saved["format"] == "gnn-dist-model" and saved["model"]["name"] == "sage"
+    model.load_state_dict(saved["state"])
     model.eval()
     acc = (model(torch.from_numpy(g.x), LocalGraph.from_graph(g)).argmax(1).numpy() == g.y)[g.train_mask].mean()
     assert acc == 1.0  # four train nodes, 30 epochs: memorised
@@ -123,7 +125,7 @@ def test_predict_equals_the_exported_pyg_model(karate2, tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
     g = load_dataset("karate")
     model = build_model("gcn", g.num_features, 8, g.num_classes)
-    model.load_state_dict(torch.load(model_file, weights_only=False)["model"])
+    model.load_state_dict(torch.load(model_file, weights_only=True)["state"])
     ref = to_pyg(model).eval()
     edge_index = torch.stack([torch.from_numpy(a) for a in g.edge_index()])
     with torch.no_grad():
@@ -139,7 +141,7 @@ def test_early_stop_keeps_the_best_weights_and_schedules_the_lr(karate2, tmp_pat
     log, ck = tmp_path / "log.jsonl", tmp_path / "ck"
     r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(karate2),
                         "--epochs", "300", "--quiet", "--early-stop", "5", "--lr-schedule", "step", "--lr-step", "2",
-                        "--lr-gamma", "0.5", "--log", str(log), "--checkpoint-dir", str(ck),
+                        "--lr-gamma", "0.5", "--log", str(log), "--checkpoint-dir", str(ck), "--checkpoint-every", "4",
                         "--plot", str(tmp_path / "curves.png")],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -147,6 +149,12 @@ def test_early_stop_keeps_the_best_weights_and_schedules_the_lr(karate2, tmp_pat
     assert len(records) < 300 and "early stop at epoch" in r.stderr and "weights of best epoch" in r.stdout
     assert records[3]["lr"] == 0.01 * 0.5 ** 2  # halved every 2 epochs
     assert (ck / "best.pt").is_file() and (tmp_path / "curves.png").stat().st_size > 10_000
+    import torch
+
+    for name, fmt in (("best.pt", "gnn-dist-best"), ("checkpoint.pt", "gnn-dist-checkpoint")):
+        saved = torch.load(ck / name, weights_only=True)  # tensors and plain values only
+        assert (saved["format"], saved["version"]) == (fmt, 2)
+    assert len(torch.load(ck / "checkpoint.pt", weights_only=True)["exchange"]) == 2  # each rank's exchange state
 
 
 def test_tensorboard_scalars_or_a_clear_line(tmp_path):

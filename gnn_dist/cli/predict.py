@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
                                    "messages, and write one row per node in global id order (.npy, rank 0).")
     p.add_argument("--partition", required=True)
     p.add_argument("--model-file", required=True, help="file written by train --save-model")
+    p.add_argument("--model", default=None, metavar="SPEC",
+                   help="the model the file was saved with; required for your own MODULE:FUNCTION or "
+                        "FILE.py:FUNCTION (gnn-dist imports no code that a file names)")
     p.add_argument("--out", required=True, help="output .npy (written atomically)")
     p.add_argument("--output", default="logits", choices=OUTPUTS,
                    help="logits (default), probs (softmax), labels (argmax) or embeddings (input of the last layer)")
@@ -41,16 +44,13 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from gnn_dist.cli.train import build_user_or_builtin, check_model, load_graph
+    from gnn_dist.cli import model_file
+    from gnn_dist.cli.train import build_user_or_builtin, load_graph
     from gnn_dist.nn import registry
     from gnn_dist.runtime.launch import init
-    from gnn_dist.train.checkpoint import load, load_model_state
+    from gnn_dist.train.checkpoint import load_model_state
 
-    saved = load(args.model_file)
-    if not isinstance(saved, dict) or "model" not in saved or "args" not in saved:
-        raise UsageError(f"{args.model_file} is not a model saved by gnn-dist train --save-model")
-    t = argparse.Namespace(**saved["args"])
-    check_model(t.model)  # a user's model must still be importable from here
+    t, weights = model_file.read(args.model_file, args.model)  # data only; a user's model named again, or refused
     ctx = init(backend=args.backend, timeout_s=args.timeout, expected_world=meta["num_parts"])
     t.partition = args.partition
     graph = load_graph(t, ctx, meta)
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "embeddings" and not registry.accepts_embed(model):
         raise UsageError(f"--output embeddings needs a model whose forward takes embed=True; {t.model}'s does not")
     try:
-        load_model_state(model, saved["model"])
+        load_model_state(model, weights)
     except RuntimeError as e:
         raise UsageError(f"{args.model_file} does not fit this partition: {str(e).splitlines()[0]}") from None
     model.to(ctx.device).eval()  # eval mode under no_grad: exact messages

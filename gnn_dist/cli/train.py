@@ -123,6 +123,7 @@ def check_model(spec: str) -> None:
 
 def check_args(a: argparse.Namespace) -> None:
     from gnn_dist.nn.registry import graph_kind
+    from gnn_dist.train.dynamic import RESUME_WITH_POLICY
 
     check_model(a.model)
     dynamic = graph_kind(a.model) == "dynamic"
@@ -140,6 +141,8 @@ def check_args(a: argparse.Namespace) -> None:
          "--early-stop and --keep-best need a validation metric; dynamic graphs score train and test periods only"),
         (not a.relagg or (a.model == "rgcn" and a.codec == "fp32" and not a.staleness and not a.skip_threshold),
          "--relagg applies to --model rgcn with exact fp32 messages"),
+        (not (dynamic and a.resume) or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
+         RESUME_WITH_POLICY),
         (not dynamic or not a.no_plan_cache or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
          "adaptive bit-widths, staleness and skipping keep state per snapshot group across epochs, so they need "
          "the plan cache (drop --no-plan-cache)"),
@@ -374,12 +377,12 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
             traceback.print_exc()
         ctx.fail(describe_user_error(e), code=1, publish=True)
     if args.save_model:  # every rank: learnable node rows are gathered to rank 0
-        from gnn_dist.train.checkpoint import model_state, save_atomic
+        from gnn_dist.cli import model_file
+        from gnn_dist.train.checkpoint import model_state
 
         state = model_state(model, ctx)
         if ctx.is_main:
-            save_atomic({"model": {k: v.cpu() for k, v in state.items()}, "args": vars(args) | {"run": None}},
-                        args.save_model)
+            model_file.write(args.save_model, args, state)
     if ctx.is_main:
         if args.plot and history:
             from gnn_dist.cli.plots import plot_run

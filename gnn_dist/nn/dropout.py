@@ -2,9 +2,11 @@
 
 torch's CPU dropout draws each Bernoulli with its own generator call, which
 made it the largest single cost of a full-graph training step here. The mask
-key is drawn from torch's default generator, so a seeded run repeats its
-masks (the trainer seeds per epoch and rank). On CUDA, or without numba, or
-with `BACKEND = "torch"` (env GNN_DIST_DROPOUT=torch), this is F.dropout.
+key, and F.dropout's mask where that runs instead (CUDA, no numba, or
+`BACKEND = "torch"`, env GNN_DIST_DROPOUT=torch), come from the epoch's
+dropout stream (`gnn_dist.runtime.streams`: per seed, epoch and rank, apart
+from the codecs' dither), so a run, and a resumed run, repeat their masks
+whatever the messages' codec.
 
 The input features are dropped differently (`input_dropout`): their mask is a
 function of (epoch key, global node id, column), so a rank can drop its own
@@ -22,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.runtime import kernels
+from gnn_dist.runtime import kernels, streams
 
 BACKEND = os.environ.get("GNN_DIST_DROPOUT", "auto")  # auto | torch
 
@@ -33,7 +35,7 @@ class HashDropout(torch.autograd.Function):
         flat = x.detach().contiguous().view(-1)
         out = torch.empty_like(flat)
         mask = torch.empty(flat.shape, dtype=torch.uint8)
-        key = int(torch.randint(0, 2**62, (1,)))
+        key = streams.dropout_key()
         scale = 1.0 / (1.0 - p)
         if flat.shape[0] >= kernels.NUMBA_MIN_ITEMS:
             kernels.in_ranges(kernels.load().dropout_into, flat.shape[0], flat.numpy(), out.numpy(), mask.numpy(),
@@ -74,10 +76,9 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """F.dropout's contract: zero each element with probability p, scale the rest by 1 / (1 - p)."""
     if not training or p == 0.0:
         return x
-    if not 0.0 <= p < 1.0:
-        return F.dropout(x, p, training)  # torch's own error for p outside [0, 1], and p == 1
-    if not _hashed(x):
-        return F.dropout(x, p, training)
+    if not 0.0 <= p < 1.0 or not _hashed(x):  # (torch's own error for p outside [0, 1], and p == 1)
+        with streams.dropout_stream(x.device):
+            return F.dropout(x, p, training)
     return HashDropout.apply(x, p)
 
 

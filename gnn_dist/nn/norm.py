@@ -45,7 +45,7 @@ class BatchNorm(nn.BatchNorm1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training or not self.track_running_stats):
             return super().forward(x)
-        count = _global_sum(x.new_tensor([float(x.shape[0])]))
+        count = _global_sum(torch.tensor([x.shape[0]], dtype=torch.int64, device=x.device)).to(x.dtype)  # int64 sum
         mean = _global_sum(x.sum(0)) / count
         var = _global_sum((x - mean).pow(2).sum(0)) / count
         if self.training and self.track_running_stats:

@@ -24,6 +24,11 @@ def all_sum(t: torch.Tensor, ctx: DistContext, op=dist.ReduceOp.SUM) -> torch.Te
     return t
 
 
+def count_sum(n: int, ctx: DistContext, op=dist.ReduceOp.SUM) -> int:
+    """A count (rows, bytes) summed over ranks, in int64: float32 would round above 2^24."""
+    return int(all_sum(torch.tensor([int(n)], dtype=torch.int64), ctx, op=op)[0])
+
+
 def broadcast(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     t = t.to(ctx.device)
     if ctx.world_size > 1:

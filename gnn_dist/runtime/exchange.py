@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.runtime import codec, transport
+from gnn_dist.runtime import codec, policy_state, streams, transport
 from gnn_dist.runtime.adaptive import AdaptivePolicy
 from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready
 from partition.errors import UsageError
@@ -212,7 +212,8 @@ class HaloExchange:
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
         send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=source.device)
         distinct = self._distinct_send_rows() if index is self.send_idx else None
-        scales = codec.encode_split(source, index, in_splits, send_names, send_buf, distinct=distinct)
+        scales = codec.encode_split(source, index, in_splits, send_names, send_buf, key=streams.dither_key(),
+                                    distinct=distinct)  # the dither of the epoch's stream, apart from dropout's
         for p, (scale, count) in enumerate(zip(scales, in_splits)):
             if scale is not None:
                 stats.qvar = stats.qvar + (scale.double() ** 2).sum() * (width / 6.0)
@@ -341,6 +342,18 @@ class HaloExchange:
             return block
 
         return Pending(None, merge, self.stats[channel])
+
+    # ----------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """This rank's policy state, for a checkpoint (`gnn_dist.runtime.policy_state`: what and why)."""
+        return policy_state.save(self)
+
+    def state_mismatch(self, state: dict) -> str | None:
+        """Why `state` cannot continue this exchange (another plan or other settings); None if it can."""
+        return policy_state.mismatch(self, state)
+
+    def load_state_dict(self, state: dict) -> None:
+        policy_state.load(self, state)
 
 
 class SharedHalo:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import input_dropout_key
 from gnn_dist.runtime import transport
-from gnn_dist.runtime.collectives import all_sum
+from gnn_dist.runtime.collectives import count_sum
 from gnn_dist.runtime.exchange import HaloWait
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train.loop import Loop
@@ -55,7 +55,7 @@ class LinkTask:
         rows = np.repeat(np.arange(graph.num_inner), np.diff(graph.indptr))
         self.pos_dst = torch.from_numpy(rows).to(ctx.device)
         self.pos_src = torch.from_numpy(graph.indices).to(ctx.device)
-        self.num_pos = int(all_sum(torch.tensor([float(rows.shape[0])]), ctx)[0])
+        self.num_pos = count_sum(rows.shape[0], ctx)
 
     def _embed_all(self) -> torch.Tensor:
         """Embeddings of inner and halo rows (halo rows fetched with autograd)."""
