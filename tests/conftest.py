@@ -33,6 +33,20 @@ def small_sbm():
     return load_dataset("sbm:nodes=3000,classes=6,avg_degree=8,homophily=0.8,features=16,seed=3")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def cpu_path(request):
+    """Every test module but tests/test_gpu.py means the CPU path: the processes its tests and its module
+    fixtures launch see no GPU, so a visible one changes nothing for them (the launcher would otherwise
+    pick NCCL or the host-staged GPU path). Module scope: set before the module's own fixtures launch.
+    In-process code picks no device on its own; tests/test_gpu.py chooses its devices itself."""
+    if request.node.path.name == "test_gpu.py":
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        yield
+
+
 def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """mpiexec -n WORLD python tests/SCRIPT ARGS with this checkout importable; fails the test on a non-zero exit."""
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
