@@ -47,11 +47,13 @@ def cpu_path(request):
         yield
 
 
-def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """mpiexec -n WORLD python tests/SCRIPT ARGS with this checkout importable; fails the test on a non-zero exit."""
+def run_worker(world: int, script: str, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """mpiexec -n WORLD python tests/SCRIPT ARGS with this checkout importable (and `env`); fails the test on a
+    non-zero exit."""
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     r = subprocess.run([mpiexec, "-n", str(world), sys.executable, str(ROOT / "tests" / script), *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                       capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
     assert r.returncode == 0, r.stderr[-3000:]
     archive = os.environ.get("GNN_DIST_EXACT_ARCHIVE")  # scripts/exactness_digest.py compares two such archives
     if archive:
@@ -61,11 +63,12 @@ def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> sub
     return r
 
 
-def run_mpi(world: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`mpiexec -n WORLD gnn-dist ARGS` from the checkout, which must succeed (its stderr tail on failure)."""
+def run_mpi(world: int, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`mpiexec -n WORLD gnn-dist ARGS` from the checkout (with `env` added), which must succeed (its stderr
+    tail on failure)."""
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     r = subprocess.run([mpiexec, "-n", str(world), sys.executable, "-m", "gnn_dist", *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+                       capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=dict(os.environ, **(env or {})))
     assert r.returncode == 0, r.stderr[-2000:]
     return r
 
