@@ -43,7 +43,7 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
     from gnn_dist.train.node import Trainer
     from partition.store import read_meta
 
-    ctx = init(backend="nccl" if device == "cuda" else "gloo", expected_world=read_meta(part_dir)["num_parts"],
+    ctx = init(backend=None if device == "cuda" else "gloo", expected_world=read_meta(part_dir)["num_parts"],
                transport=transport)
     graph = load_partition(part_dir, ctx, verify=False)
     torch.manual_seed(0)
