@@ -267,7 +267,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     collective through pinned host memory: nodes without GPUDirect); `gnn_dist.runtime.placement`.
 
     `transport`: how CPU halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
-    MPI under an mpiexec launch on CPU with no more ranks than cores per host, everything else over
+    MPI under an mpiexec launch on gloo (CPU, or ranks sharing a GPU) with no more ranks than cores per host, everything else over
     torch.distributed) or "gloo" (all of them).
 
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`); a rank whose

@@ -3,7 +3,7 @@
 Every halo all-to-all (exchange, relation aggregates, plan agreement, link
 prediction's row fetches) goes through `all_to_all`, which takes the
 arguments of `torch.distributed.all_to_all_single`. Under an `mpiexec`
-launch on CPU with no more ranks than cores per host (MPI's waits poll, and
+launch on gloo (the CPU, or ranks sharing a GPU) with no more ranks than cores per host (MPI's waits poll, and
 would take cores from ranks that compute), the launcher registers the halo
 group here (`use_mpi`), and
 CPU tensors then travel by MPI's `Ialltoallv` on a duplicate of
@@ -11,7 +11,9 @@ COMM_WORLD; everything else, CUDA tensors and torchrun launches included,
 keeps torch.distributed (gloo, NCCL). So do large blocks (`agree_small`:
 gloo's threads move them while the rank computes, MPI only once waited for)
 and exchanges left in flight across other collectives (stale blocks),
-because an MPI request moves only while its ranks are inside MPI.
+because an MPI request moves only while its ranks are inside MPI. Where
+ranks share a GPU (`gnn_dist.runtime.staging`), device tensors cross through
+host copies, which then travel as CPU tensors do.
 
 Why: on long sequences of small graphs an all-to-all's latency, not its
 bytes, is the cost. Between two ranks on one 2-core box gloo's all-to-all
