@@ -266,9 +266,9 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     host memory, the CPU and gloo without CUDA), "gloo" (the CPU), "nccl", or "staged" (GPUs, every
     collective through pinned host memory: nodes without GPUDirect); `gnn_dist.runtime.placement`.
 
-    `transport`: how CPU halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
-    MPI under an mpiexec launch on gloo (CPU, or ranks sharing a GPU) with no more ranks than cores per host, everything else over
-    torch.distributed) or "gloo" (all of them).
+    `transport`: how host halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
+    MPI under an mpiexec launch on gloo, the CPU's or a shared GPU's, with no more ranks than cores per
+    host; everything else over torch.distributed) or "gloo" (all of them).
 
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`); a rank whose
     script dies of an uncaught exception makes its peers leave too.
