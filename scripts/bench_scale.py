@@ -318,6 +318,9 @@ def print_tables(a, rows: dict, parts: dict, notes: list, peaks: dict, prof: dic
         cells = (f"{p['seconds']:>11.1f} {p['rss_mb']:>17.0f} {p['estimate_mb']:>11.0f}" if p else
                  f"{'-':>11} {'-':>17} {'-':>11}")
         print(f"{name:<16} {r['epoch_s']:>8.3f} {r['epoch_s'] / base:>12.2f} {rss:>22} {cells}")
+    for name, r in rows.items():
+        if a.device == "cuda" and "placement" in r:
+            notes.append(f"{name}: {r['placement']}")
     for line in notes:
         print(f"note: {line}")
     print(f"\nmachine peaks (measured here): memory bandwidth {peaks['bandwidth'] / 1e9:.1f} GB/s, dense fp32 "

@@ -39,6 +39,7 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
 
     from gnn_dist.graph.load import load_partition
     from gnn_dist.nn import build_model
+    from gnn_dist.runtime import staging
     from gnn_dist.runtime.launch import init
     from gnn_dist.train.node import Trainer
     from partition.store import read_meta
@@ -64,7 +65,9 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
     else:
         rss = [peak_rss_mb()]
     if ctx.is_main:
-        print("RESULT " + json.dumps({"epoch_s": dt, "rss_mb": rss, "threads": torch.get_num_threads()}))
+        placement = f"{ctx.device}, {ctx.backend}" + (" staged through host memory" if staging.active() else "")
+        print("RESULT " + json.dumps({"epoch_s": dt, "rss_mb": rss, "threads": torch.get_num_threads(),
+                                     "placement": placement}))
     ctx.close()
 
 
