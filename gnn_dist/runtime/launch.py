@@ -27,7 +27,8 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
-from gnn_dist.runtime import placement, staging
+from gnn_dist.runtime import placement
+from gnn_dist.runtime import transport as halo_transport
 from gnn_dist.runtime.malloc import keep_freed_memory
 
 # Objects in reference cycles (exchange <-> policy, context <-> its failure hooks) keep process groups alive
@@ -292,12 +293,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     keep_freed_memory()
     gpus = torch.cuda.device_count() if backend != "gloo" and torch.cuda.is_available() else 0
     place = placement.choose(backend, local_rank, local_size, gpus, agree=placement.mpi_all if not torchrun else bool)
-    backend, device = place.backend, place.device
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    staging.enable(device if place.staged else None)
-    if place.note and rank == 0:
-        sys.stderr.write(f"[gnn-dist] {place.note}\n")
+    backend, device = placement.apply(place, rank)
     if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
         name = iface or ("lo" if addr.startswith("127.") else _iface_towards(addr))
         if name:
@@ -307,8 +303,6 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     halo_group = dist.new_group(backend=backend, timeout=timeout) if size > 1 else None
     # MPI waits poll: with more ranks than cores on a host they would take cores from ranks that compute
     # (Cora at P=4 on 2 cores: 29.9 ms an epoch over MPI, 28.1 over gloo; at P=2, 10.8 against 16.3)
-    from gnn_dist.runtime import transport as halo_transport
-
     if halo_group is not None and not torchrun and backend == "gloo" and transport != "gloo" and \
             local_size <= halo_transport.host_cores():
         halo_transport.use_mpi(halo_group)

@@ -11,11 +11,13 @@ backend: under mpiexec they agree (`agree`: all hosts have a GPU per rank, or NC
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from gnn_dist.runtime import staging
 from gnn_dist.runtime.staging import HOST_ENV
 from partition.errors import LaunchError
 
@@ -53,6 +55,17 @@ def choose(backend: str | None, local_rank: int, local_size: int, gpus: int,
     why = "--backend staged" if backend == "staged" else f"{local_size} ranks share {gpus} GPU(s) on this host"
     return Placement("gloo", device, True, f"{why}: halo and collectives staged through pinned host memory "
                                            f"(host transports: gloo, MPI for small halo plans)")
+
+
+def apply(place: Placement, rank: int) -> tuple[str, torch.device]:
+    """Make `place` this process's (its GPU current, staging on or off; rank 0 prints the line naming it);
+    returns its backend and device."""
+    if place.device.type == "cuda":
+        torch.cuda.set_device(place.device)
+    staging.enable(place.device if place.staged else None)
+    if place.note and rank == 0:
+        sys.stderr.write(f"[gnn-dist] {place.note}\n")
+    return place.backend, place.device
 
 
 def mpi_all(flag: bool) -> bool:
