@@ -33,11 +33,27 @@ def small_sbm():
     return load_dataset("sbm:nodes=3000,classes=6,avg_degree=8,homophily=0.8,features=16,seed=3")
 
 
-def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """mpiexec -n WORLD python tests/SCRIPT ARGS with this checkout importable; fails the test on a non-zero exit."""
+@pytest.fixture(autouse=True, scope="module")
+def cpu_path(request):
+    """Every test module but tests/test_gpu.py means the CPU path: the processes its tests and its module
+    fixtures launch see no GPU, so a visible one changes nothing for them (the launcher would otherwise
+    pick NCCL or the host-staged GPU path). Module scope: set before the module's own fixtures launch.
+    In-process code picks no device on its own; tests/test_gpu.py chooses its devices itself."""
+    if request.node.path.name == "test_gpu.py":
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        yield
+
+
+def run_worker(world: int, script: str, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """mpiexec -n WORLD python tests/SCRIPT ARGS with this checkout importable (and `env`); fails the test on a
+    non-zero exit."""
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     r = subprocess.run([mpiexec, "-n", str(world), sys.executable, str(ROOT / "tests" / script), *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                       capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
     assert r.returncode == 0, r.stderr[-3000:]
     archive = os.environ.get("GNN_DIST_EXACT_ARCHIVE")  # scripts/exactness_digest.py compares two such archives
     if archive:
@@ -55,11 +71,12 @@ def worker_on(folder: Path, dataset: str, world: int, script: str) -> tuple[Path
     return out, run_worker(world, script, out, part)
 
 
-def run_mpi(world: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`mpiexec -n WORLD gnn-dist ARGS` from the checkout, which must succeed (its stderr tail on failure)."""
+def run_mpi(world: int, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`mpiexec -n WORLD gnn-dist ARGS` from the checkout (with `env` added), which must succeed (its stderr
+    tail on failure)."""
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     r = subprocess.run([mpiexec, "-n", str(world), sys.executable, "-m", "gnn_dist", *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+                       capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=dict(os.environ, **(env or {})))
     assert r.returncode == 0, r.stderr[-2000:]
     return r
 

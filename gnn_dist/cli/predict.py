@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     p.add_argument("--all-types", action="store_true",
                    help="typed graphs: write every node type's rows (type-erased global ids: types in partition.json "
                         "order, each type's ids after the previous types'); default: the target type's rows only")
-    p.add_argument("--backend", default=None, choices=["gloo", "nccl"])
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl", "staged"], help="as for train")
     p.add_argument("--timeout", type=float, default=120.0)
     p.set_defaults(run=run)
 

@@ -50,7 +50,10 @@ def add_parser(sub) -> None:
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
     add_loop_flags(p)
     add_dynamic_flags(p)
-    p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl", "staged"],
+                   help="default: nccl where each rank has a GPU of its own, staged where ranks share GPUs, gloo "
+                        "without CUDA; gloo trains on the CPU; staged: GPUs with every collective through pinned "
+                        "host memory (nodes without GPUDirect)")
     p.add_argument("--transport", default="auto", choices=["auto", "gloo"],
                    help="CPU halo all-to-alls: auto (under mpiexec with no more ranks than cores per host, plans "
                         "of at most 16384 rows per all-to-all go over MPI, 75x less latency than gloo on one host; "

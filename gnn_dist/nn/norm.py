@@ -13,21 +13,19 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gnn_dist.runtime import staging
+
 
 class _AllSum(torch.autograd.Function):
     """Sum over ranks; backward sums the gradient too (every rank's loss depends on the sum)."""
 
     @staticmethod
     def forward(ctx, t: torch.Tensor) -> torch.Tensor:
-        t = t.clone()
-        dist.all_reduce(t)
-        return t
+        return staging.all_reduce(t.clone())
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
+        return staging.all_reduce(grad.clone())
 
 
 def _global_sum(t: torch.Tensor) -> torch.Tensor:

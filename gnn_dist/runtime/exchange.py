@@ -20,9 +20,10 @@ if sent.
 
 On CUDA the whole exchange (gather of send rows aside) runs on a side stream:
 encoding, the NCCL all_to_all and decoding overlap whatever the default
-stream computes meanwhile (the central rows), and nothing is staged through
-host memory. Statistics stay on the device until the epoch's metrics are
-read, so no step forces a host sync.
+stream computes meanwhile (the central rows). Where ranks share a GPU the
+all_to_all runs on gloo (or MPI) through pinned host copies, and those copies
+run on the side stream too (`gnn_dist.runtime.staging`). Statistics stay on
+the device until the epoch's metrics are read, so no step forces a host sync.
 """
 from __future__ import annotations
 

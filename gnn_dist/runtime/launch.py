@@ -1,7 +1,8 @@
 """From an MPI (or torchrun) launch to a ready torch.distributed context (docs/design.md §9).
 
 MPI learns rank and size and agrees on a rendezvous; tensors travel over
-torch.distributed (gloo on CPU, NCCL on GPU), except CPU halo all-to-alls under
+torch.distributed (gloo on CPU, NCCL on GPU, gloo through host copies where ranks share a GPU:
+`gnn_dist.runtime.placement`), except CPU halo all-to-alls under
 mpiexec, which MPI carries where blocks are small (`gnn_dist.runtime.transport`: 75x less latency). Halo traffic gets
 its own process group so a background exchange never interleaves with the
 gradient all-reduce. A heartbeat watchdog turns a lost rank into a prompt,
@@ -26,6 +27,8 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
+from gnn_dist.runtime import placement
+from gnn_dist.runtime import transport as halo_transport
 from gnn_dist.runtime.malloc import keep_freed_memory
 
 # Objects in reference cycles (exchange <-> policy, context <-> its failure hooks) keep process groups alive
@@ -260,9 +263,13 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
          heartbeat_s: float = 1.0, dead_after_s: float = 10.0, transport: str = "auto") -> DistContext:
     """Start torch.distributed for this process; `expected_world` is checked before any network setup.
 
-    `transport`: how CPU halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
-    MPI under an mpiexec launch on CPU with no more ranks than cores per host, everything else over
-    torch.distributed) or "gloo" (all of them).
+    `backend`: None (NCCL where each rank of a host has a GPU of its own, ranks sharing GPUs staged through
+    host memory, the CPU and gloo without CUDA), "gloo" (the CPU), "nccl", or "staged" (GPUs, every
+    collective through pinned host memory: nodes without GPUDirect); `gnn_dist.runtime.placement`.
+
+    `transport`: how host halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
+    MPI under an mpiexec launch on gloo, the CPU's or a shared GPU's, with no more ranks than cores per
+    host; everything else over torch.distributed) or "gloo" (all of them).
 
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`); a rank whose
     script dies of an uncaught exception makes its peers leave too.
@@ -284,16 +291,9 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
                           f"(run mpiexec -n {expected_world})")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_size, 1)))
     keep_freed_memory()
-    use_cuda = torch.cuda.is_available() and backend in (None, "nccl")
-    if backend == "nccl" and not use_cuda:
-        raise LaunchError("--backend nccl needs CUDA, and this torch sees no GPU (use gloo)")
-    if use_cuda and local_size > torch.cuda.device_count():
-        raise LaunchError(f"{local_size} ranks on this host but {torch.cuda.device_count()} GPU(s): NCCL needs one GPU "
-                          f"per rank (launch fewer ranks per host, or --backend gloo to train on the CPU)")
-    backend = backend or ("nccl" if use_cuda else "gloo")
-    device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
+    gpus = torch.cuda.device_count() if backend != "gloo" and torch.cuda.is_available() else 0
+    place = placement.choose(backend, local_rank, local_size, gpus, agree=placement.mpi_all if not torchrun else bool)
+    backend, device = placement.apply(place, rank)
     if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
         name = iface or ("lo" if addr.startswith("127.") else _iface_towards(addr))
         if name:
@@ -304,9 +304,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     # MPI waits poll: with more ranks than cores on a host they would take cores from ranks that compute
     # (Cora at P=4 on 2 cores: 29.9 ms an epoch over MPI, 28.1 over gloo; at P=2, 10.8 against 16.3)
     if halo_group is not None and not torchrun and backend == "gloo" and transport != "gloo" and \
-            local_size <= (os.cpu_count() or 1):
-        from gnn_dist.runtime import transport as halo_transport
-
+            local_size <= halo_transport.host_cores():
         halo_transport.use_mpi(halo_group)
     ctx = DistContext(rank, size, local_rank, local_size, device, backend, halo_group)
     if size > 1:
