@@ -97,7 +97,7 @@ def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_spl
     work = transport.all_to_all(out, send, out_splits, in_splits, group=plan.group, async_op=True, mpi=mpi)
     if plan.exchange is not None:
         stats = plan.exchange.stats[label]
-        stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits)
+        stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits, transport.is_mpi(work))
     return out, work
 
 
