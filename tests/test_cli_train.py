@@ -36,6 +36,7 @@ def test_missing_partition(tmp_path):
     _one_line(run_cli("train", "--partition", str(tmp_path / "nope")), "does not exist")
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_corrupt_partition(karate2, tmp_path):
     d = tmp_path / "k"
     shutil.copytree(karate2, d)
@@ -51,6 +52,7 @@ def test_unknown_model(karate2):
               "unknown model 'transformer' (choose from static: gcn | sage | gat | gin;")
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
     """Every rank finds the empty train mask alike: one line each, exit 2, no abort at exit."""
     import numpy as np
@@ -84,6 +86,7 @@ def test_bad_hyper_parameters(karate2, flag, value, needle):
     _one_line(run_cli("train", "--partition", str(karate2), flag, *([value] if value else [])), needle)
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_trains_and_saves_a_model_that_loads_single_process(karate2, tmp_path):
     model_file = tmp_path / "m.pt"
     r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(karate2),
@@ -134,6 +137,7 @@ def test_predict_equals_the_exported_pyg_model(karate2, tmp_path):
                       str(tmp_path / "x.npy")), "model file")
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_early_stop_keeps_the_best_weights_and_schedules_the_lr(karate2, tmp_path):
     import json
 
