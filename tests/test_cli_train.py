@@ -176,9 +176,13 @@ sys.modules.update({"tensorboard": tb, "torch.utils.tensorboard": writer})
 """
 
 
-def _train_with_site(tmp_path, site: str | None, *args: str):
-    """`gnn-dist train` at P=1 on karate with --tensorboard, after `site` ran as sitecustomize (None: as installed)."""
-    part = cli_partition(tmp_path, "karate", 1)
+@pytest.fixture(scope="module")
+def karate1(tmp_path_factory):
+    return cli_partition(tmp_path_factory.mktemp("train1"), "karate", 1)
+
+
+def _train_with_site(tmp_path, part, site: str | None, *args: str):
+    """`gnn-dist train` at P=1 with --tensorboard, after `site` ran as sitecustomize (None: as installed)."""
     env = {}
     if site is not None:
         (tmp_path / "site").mkdir()
@@ -187,15 +191,16 @@ def _train_with_site(tmp_path, site: str | None, *args: str):
     return run_cli("train", "--partition", str(part), "--quiet", "--tensorboard", str(tmp_path / "tb"), *args, env=env)
 
 
-def test_tensorboard_missing_is_one_line(tmp_path):
-    _one_line(_train_with_site(tmp_path, HIDE_TENSORBOARD, "--epochs", "2"), "--tensorboard needs the tensorboard package")
+def test_tensorboard_missing_is_one_line(karate1, tmp_path):
+    r = _train_with_site(tmp_path, karate1, HIDE_TENSORBOARD, "--epochs", "2")
+    _one_line(r, "--tensorboard needs the tensorboard package")
     assert not (tmp_path / "tb").exists()
 
 
-def test_tensorboard_gets_every_epochs_numbers(tmp_path):
+def test_tensorboard_gets_every_epochs_numbers(karate1, tmp_path):
     """Through a fake SummaryWriter: each epoch's loss (as --log records it), its step, and no non-numbers."""
     log = tmp_path / "log.jsonl"
-    r = _train_with_site(tmp_path, FAKE_TENSORBOARD, "--epochs", "3", "--log", str(log))
+    r = _train_with_site(tmp_path, karate1, FAKE_TENSORBOARD, "--epochs", "3", "--log", str(log))
     assert r.returncode == 0, r.stderr
     scalars = [json.loads(line) for line in (tmp_path / "tb" / "scalars.jsonl").read_text().splitlines()]
     records = [json.loads(line) for line in log.read_text().splitlines()]
@@ -203,9 +208,9 @@ def test_tensorboard_gets_every_epochs_numbers(tmp_path):
     assert {t for t, _, _ in scalars} >= {"loss", "val_acc", "epoch_time", "lr"} and "halo" not in {t for t, _, _ in scalars}
 
 
-def test_tensorboard_event_files_when_installed(tmp_path):
+def test_tensorboard_event_files_when_installed(karate1, tmp_path):
     pytest.importorskip("tensorboard")
-    r = _train_with_site(tmp_path, None, "--epochs", "2")
+    r = _train_with_site(tmp_path, karate1, None, "--epochs", "2")
     assert r.returncode == 0, r.stderr
     assert any(f.name.startswith("events.out.tfevents") for f in (tmp_path / "tb").iterdir())
 
