@@ -10,6 +10,44 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The fast subset (`-m "not slow"`) may launch mpiexec this many times; more, and the session fails, naming the
+# tests that launched (mark multi-rank launches slow: CONTRIBUTING.md).
+FAST_MPIEXEC_LIMIT = 5
+_MPIEXEC_LAUNCHES: dict[str, int] = {}  # test (or fixture) id -> mpiexec processes it started
+
+
+def pytest_configure(config) -> None:
+    """Count every mpiexec this session starts, by the test that was running (fixtures included)."""
+    real = subprocess.Popen.__init__
+
+    def counting(self, args, *rest, **kwargs):
+        first = args[0] if isinstance(args, (list, tuple)) else str(args).split()[0]
+        if Path(str(first)).name == "mpiexec":
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+            _MPIEXEC_LAUNCHES[test] = _MPIEXEC_LAUNCHES.get(test, 0) + 1
+        real(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = counting
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    markexpr = (session.config.option.markexpr or "").replace(" ", "")
+    if markexpr == "notslow" and sum(_MPIEXEC_LAUNCHES.values()) > FAST_MPIEXEC_LIMIT:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """mpiexec launches, by test; the fast subset's over its limit says so (and failed, pytest_sessionfinish)."""
+    launches = sum(_MPIEXEC_LAUNCHES.values())
+    if not launches:
+        return
+    markexpr = (terminalreporter.config.option.markexpr or "").replace(" ", "")
+    over = markexpr == "notslow" and launches > FAST_MPIEXEC_LIMIT
+    terminalreporter.write_line(f"mpiexec launches: {launches}" + (f", over the fast subset's {FAST_MPIEXEC_LIMIT}: "
+                                                                   f"mark multi-rank tests slow" if over else ""),
+                                red=over)
+    for test, n in sorted(_MPIEXEC_LAUNCHES.items()):
+        terminalreporter.write_line(f"  {n} {test}")
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from gnn_dist.runtime import codec, kernels
+from gnn_dist.runtime import codec, kernels, streams
 
 BACKENDS = ["torch", pytest.param("fused", marks=pytest.mark.skipif(not kernels.available(),
                                                                    reason="numba not installed"))]
@@ -150,5 +150,6 @@ def test_a_row_sent_to_several_peers_is_encoded_once(bits, backend):
     for d, idx, name in zip(decoded, torch.split(index, splits), names):
         step = (x.amax(1) - x.amin(1)) / (2 ** int(name[3:]) - 1)
         assert ((d - x[idx]).abs() <= step[idx, None] * 1.001 + 1e-6).all()
-    single, _ = codec.encode_rows(x, names[2], key=5, index=index[7:])
-    assert blocks[2].numel() == single.numel()  # the lone codec's block: encoded directly
+    # the lone codec's block: encoded directly, under the key encode_split derives for block 2
+    single, _ = codec.encode_rows(x, names[2], key=streams.derive(0, 2), index=index[7:])
+    assert torch.equal(blocks[2], single.flatten())

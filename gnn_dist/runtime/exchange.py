@@ -208,7 +208,7 @@ class HaloExchange:
             flat = (source[index] if index is not None else source).contiguous()
             out = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
             work = transport.all_to_all(out, flat, out_splits, in_splits, group=self.group, async_op=True, mpi=mpi)
-            stats.add([r * width * flat.element_size() for r in in_splits], in_splits)
+            stats.add([r * width * flat.element_size() for r in in_splits], in_splits, transport.is_mpi(work))
             return Pending(work, lambda: out.view(out_rows, *tail), stats)
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
         send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=source.device)
@@ -224,7 +224,7 @@ class HaloExchange:
         recv_bytes = [codec.wire_bytes(r, width, n) for r, n in zip(out_splits, recv_names)]
         out = torch.empty(sum(recv_bytes), dtype=torch.uint8, device=source.device)
         work = transport.all_to_all(out, send_buf, recv_bytes, nbytes, group=self.group, async_op=True, mpi=mpi)
-        stats.add(nbytes, in_splits)
+        stats.add(nbytes, in_splits, transport.is_mpi(work))
 
         def finish() -> torch.Tensor:
             res = torch.empty(out_rows, width, dtype=dtype, device=source.device)
@@ -295,7 +295,13 @@ class HaloExchange:
 
     # ---------------------------------------------------------------- caches
     def _through_cache(self, channel: str, pending: Pending):
-        """staleness S: hand out the block started S epochs ago; the fresh one travels meanwhile."""
+        """staleness S: hand out the block started S epochs ago; the fresh one travels meanwhile.
+
+        Until a block is S epochs old (warm-up), the oldest one still queued is handed out as it is. A block
+        handed out may be an autograd output (HaloWait) or saved for backward, so it is never written again:
+        the blend is in place only on a block leaving the queue for the first time, which nothing else holds.
+        A block handed out at warm-up leaves the queue as the block in use, where the blend is the identity.
+        """
         s = self.config.staleness
         if not s:
             return pending
@@ -304,13 +310,12 @@ class HaloExchange:
         block = None
         while len(q) > s:
             block = q.popleft().wait()
-        if block is None:  # warm-up: nothing old enough yet, use the freshest
-            block = pending.wait()
-        m = self.config.momentum
-        if m and channel in self._used and self._used[channel].shape == block.shape:
-            # in place, one pass: the block just received is referenced nowhere else (its Pending has left the
-            # queue), and at warm-up it is the previous block itself, where the blend changes nothing
-            block = block.lerp_(self._used[channel], m)
+        used = self._used.get(channel)
+        if block is None:  # warm-up: nothing old enough yet, the oldest block queued
+            block = q[0].wait()
+        elif self.config.momentum and used is not None and used is not block and used.shape == block.shape:
+            with torch.no_grad():  # `used` was handed out, so may require grad: no history for the cache
+                block.lerp_(used, self.config.momentum)
         self._used[channel] = block
         return Ready(block)
 

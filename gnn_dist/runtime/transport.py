@@ -110,6 +110,11 @@ def _direct(output: torch.Tensor, input: torch.Tensor, output_split_sizes, input
     return work
 
 
+def is_mpi(work) -> bool:
+    """Whether an all-to-all that `all_to_all` started travels over MPI (what the logs count as mpi_calls)."""
+    return isinstance(work, MPIWork)
+
+
 def agree_small(group, rows: int) -> bool:
     """Whether a plan of at most `rows` rows per all-to-all on this rank should travel over MPI: the same
     answer on every rank (one all-reduce). Small blocks are latency-bound, where MPI wins 75x; large ones
