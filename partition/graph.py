@@ -32,6 +32,7 @@ class Graph:
     node_type: np.ndarray | None = None  # int64 [N]: type of each node (typed graphs)
     edge_attr: np.ndarray | None = None  # float32 [E, D]: edge features, CSR order
     metric: str | None = None  # what its users report, where not the default (accuracy; micro-F1 if multi-label)
+    original_ids: np.ndarray | None = None  # int64 [N]: each node's id in the input, where a loader compacted them
 
     def __post_init__(self) -> None:
         self.indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)
@@ -107,6 +108,7 @@ class Graph:
         edge_type: np.ndarray | None = None,
         node_type: np.ndarray | None = None,
         edge_attr: np.ndarray | None = None,
+        original_ids: np.ndarray | None = None,
     ) -> "Graph":
         """Build from an edge list; rejects out-of-range ids before anything is sorted."""
         src = np.asarray(src, dtype=np.int64)
@@ -121,7 +123,8 @@ class Graph:
         ew = None if edge_weight is None else np.asarray(edge_weight, dtype=np.float32)[order]
         et = None if edge_type is None else np.asarray(edge_type, dtype=np.int64)[order]
         ea = None if edge_attr is None else np.asarray(edge_attr, dtype=np.float32)[order]
-        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes, et, node_type, ea)
+        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes, et, node_type, ea,
+                   original_ids=original_ids)
 
     # ---------------------------------------------------------- validation
     def validate(self) -> None:
@@ -164,6 +167,8 @@ class Graph:
             raise DataError(f"graph {self.name}: edge_type has {self.edge_type.shape[0]} entries for {self.num_edges} edges")
         if self.node_type is not None and self.node_type.shape != (n,):
             raise DataError(f"graph {self.name}: node_type has {self.node_type.shape[0]} entries for {n} nodes")
+        if self.original_ids is not None and np.shape(self.original_ids) != (n,):
+            raise DataError(f"graph {self.name}: {np.shape(self.original_ids)} original ids for {n} nodes")
 
 
 def first_nonfinite_row(x: np.ndarray, block_rows: int = 1 << 16) -> int | None:

@@ -128,18 +128,29 @@ def run(args: argparse.Namespace) -> int:
         "num_features": graph.num_features, "num_classes": graph.num_classes, "metric": graph.metric,
         "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
         "node_types": None, "edge_types": None, "link_split": args.link_split,
+        "relabelled": graph.original_ids is not None,
         "constraints": constraint_balance(graph, parts, args.parts, balance),
     }
     bar = tqdm(total=args.parts, desc="writing parts", unit="part", file=sys.stderr, disable=None)
     written = write_partition(out, meta, parts, build_parts(graph, parts, args.parts), force=args.force,
                               on_part=lambda _: bar.update(),
                               summarize=lambda rows: {"stats": partition_stats(graph, parts, rows)},
-                              root_files={"link_edges.npz": links} if links else None)
+                              root_files=root_files(graph, links))
     bar.close()
     print(format_stats(written["stats"], written["parts"]))
     report_constraints(meta["constraints"], balance)
     log(f"wrote {out} (assign {t_assign:.1f}s, total {time.perf_counter() - t0:.1f}s)")
     return 0
+
+
+def root_files(graph, links: dict | None) -> dict:
+    """Files beside the parts: held-out link pairs, and the input's ids where the loader compacted them."""
+    from partition.store import LINK_FILE, ORIGINAL_IDS_FILE
+
+    files = {LINK_FILE: links} if links else {}
+    if graph.original_ids is not None:
+        files[ORIGINAL_IDS_FILE] = graph.original_ids
+    return files
 
 
 def hold_out_links(args: argparse.Namespace, graph):
