@@ -201,7 +201,7 @@ def read_assignment(path: str, num_nodes: int, num_parts: int) -> np.ndarray:
     """A node -> part array saved by `gnn-dist assign` (or any tool), checked against the graph it will split."""
     try:
         parts = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:
         raise DataError(f"assignment {path} cannot be read: {str(e).splitlines()[0]}") from None
     if parts.ndim != 1 or not np.issubdtype(parts.dtype, np.integer):
         raise DataError(f"assignment {path}: expected a 1-D integer array, got {parts.dtype} {parts.shape}")

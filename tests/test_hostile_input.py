@@ -1,10 +1,12 @@
 """Hostile or broken input files: one line and exit 2 before any large allocation, and nothing written.
 
-Sparse ids in an edge list are compacted (the partition keeps the input's ids); empty edge lists and ids
-that are not integers are each refused in one line.
+Sparse ids in an edge list are compacted (the partition keeps the input's ids), empty files, ids that are
+not integers, labels beyond the classes or missing where a mask needs them, and PyG-Temporal files whose
+fields disagree are each refused in one line.
 """
 from __future__ import annotations
 
+import json
 import resource
 import subprocess
 import sys
@@ -12,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, one_error_line, run_cli
+from tests.conftest import ROOT, one_error_line, run_cli, write_npz_graph
 
 BIG = 2**31 + 5  # one such id made `partition` allocate 2^31 counters (OOM-killed at 23.7 GB)
 
@@ -97,5 +99,74 @@ def test_bad_edge_lists_are_one_line(tmp_path, name, content, needle):
     f = tmp_path / name
     np.save(f, content) if isinstance(content, np.ndarray) else f.write_text(content)
     r = run_cli("partition", "--dataset", f"edges:{f}", "--parts", "2", "--out", str(tmp_path / "o"))
+    one_error_line(r, needle, strict=False)
+    _nothing_written(tmp_path)
+
+
+def test_empty_files_are_one_line(tmp_path):
+    (tmp_path / "empty.npz").write_bytes(b"")
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "empty.json").write_text("")
+    for spec, needle, extra in ((f"file:{tmp_path / 'empty.npz'}", "is empty", ()),
+                                (f"hfile:{tmp_path / 'empty.npz'}", "is empty", ()),
+                                (f"json:{tmp_path / 'empty.json'}", "is not valid JSON", ()),
+                                ("karate", "cannot be read", ("--assignment", str(tmp_path / "empty.npy")))):
+        r = run_cli("partition", "--dataset", spec, "--parts", "2", "--out", str(tmp_path / "o"), *extra)
+        one_error_line(r, needle, strict=False)
+        _nothing_written(tmp_path)
+
+
+def _labelled(tmp_path, y, **extra):
+    n = len(y)
+    x = np.random.default_rng(0).normal(size=(n, 3)).astype(np.float32)
+    return write_npz_graph(tmp_path / "g.npz", np.arange(n), (np.arange(n) + 1) % n, x, y, **extra)
+
+
+@pytest.mark.parametrize("change,extra,needle", [
+    ({5: 99}, {}, "label 99 at node 5 makes 100 classes, of which only 8 have a node"),
+    ({5: 9}, {"num_classes": 7}, "label 9 at node 5 is out of range for 7 classes"),
+    ({5: -2}, {}, "label -2 at node 5 is negative"),
+    ({5: -1}, {"train_mask": np.arange(40) < 20}, "node 5 is in the train mask but has no label (-1)"),
+])
+def test_labels_out_of_range_are_one_line(tmp_path, change, extra, needle):
+    y = np.arange(40) % 7
+    for node, label in change.items():
+        y[node] = label
+    r = run_cli("partition", "--dataset", f"file:{_labelled(tmp_path, y, **extra)}", "--parts", "2",
+                "--out", str(tmp_path / "o"))
+    one_error_line(r, needle, strict=False)
+    _nothing_written(tmp_path)
+
+
+def test_unlabelled_nodes_join_no_drawn_split(tmp_path):
+    """-1 in a file without masks means 'no label': the drawn split leaves such nodes out of every mask."""
+    from gnn_dist.data import load_dataset
+
+    y = np.arange(40) % 7
+    y[[3, 5, 11]] = -1
+    g = load_dataset(f"file:{_labelled(tmp_path, y)}?split=0.5,0.25")
+    assert g.num_classes == 7
+    for m in (g.train_mask, g.val_mask, g.test_mask):
+        assert not m[[3, 5, 11]].any()
+    assert int(g.train_mask.sum()) == round(0.5 * 37)
+
+
+def _temporal(tmp_path, periods: int, stated: int, weights: int):
+    edges = [[i, (i + 1) % 5] for i in range(5)]
+    d = {"edges": edges, "weights": [1.0] * weights, "time_periods": stated}
+    for t in range(periods):
+        d[str(t)] = {"y": [float(t + i) for i in range(5)]}
+    (tmp_path / "w.json").write_text(json.dumps(d))
+    return tmp_path / "w.json"
+
+
+@pytest.mark.parametrize("periods,stated,weights,needle", [
+    (12, 8, 5, "time_periods is 8 but the file holds 12 periods"),
+    (12, 15, 5, "time_periods is 15 but the file holds 12 periods"),
+    (12, 12, 4, "'weights' has 4 entries for 5 edges"),
+])
+def test_disagreeing_temporal_fields_are_one_line(tmp_path, periods, stated, weights, needle):
+    f = _temporal(tmp_path, periods, stated, weights)
+    r = run_cli("partition", "--dataset", f"json:{f}?lags=2", "--parts", "2", "--out", str(tmp_path / "o"))
     one_error_line(r, needle, strict=False)
     _nothing_written(tmp_path)
