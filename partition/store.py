@@ -94,8 +94,11 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
     names = part_files({"format_version": version})
     out = Path(out)
     check_out_dir(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as e:
+        raise unwritable(out, e) from None
     try:
         write_atomic(stage / "node_map.npy", lambda f: np.save(f, node_map.astype(np.int32)))
         checksums = {"node_map.npy": sha256_file(stage / "node_map.npy")}
@@ -126,10 +129,19 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(stage, out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(stage, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno is not None:  # a full disk, a quota, a read-only folder
+            raise unwritable(out, e) from None
         raise
     return meta
+
+
+def unwritable(out: Path, e: OSError) -> UsageError:
+    """One line for a partition that could not be written (the staging folder is gone by then)."""
+    where = f" ({e.filename})" if e.filename else ""
+    return UsageError(f"cannot write the partition {out}: {e.strerror or e}{where}; nothing was written"
+                      + (", and the existing one is unchanged" if out.exists() else ""))
 
 
 def read_meta(path: str | Path) -> dict:

@@ -51,6 +51,9 @@ def add_parser(sub) -> None:
                    help="hold out these fractions of edges (pairs) for link prediction, with as many negatives; "
                         "they are removed from the partitioned graph and kept in link_edges.npz")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--ignore-memory-check", action="store_true",
+                   help="start even when the estimated peak memory exceeds what is available (MemAvailable, or "
+                        "the cgroup's limit); without it such work is refused in one line")
     p.set_defaults(run=run)
 
 
@@ -80,6 +83,22 @@ def working_set_bytes(graph, method: str) -> int:
     e = graph.num_edges
     work = 4 * 16 * e if method in ("metis", "mtkahypar", "kahip", "ldg", "fennel") else 8 * graph.num_nodes
     return work + graph_bytes(graph) // 2
+
+
+def check_memory(work: int, args: argparse.Namespace) -> None:
+    """Refuse, in one line, work whose estimated working set does not fit in the memory available."""
+    from partition.memory import available_bytes
+
+    room, source = available_bytes()
+    if room is None or work <= room:
+        return
+    if args.ignore_memory_check:
+        log(f"warning: the {args.method} working set {work / 2**30:.2f} GiB exceeds the {room / 2**30:.2f} GiB "
+            f"available ({source}); going on (--ignore-memory-check)")
+        return
+    cheaper = "; --method fennel or ldg needs less" if args.method in ("metis", "mtkahypar", "kahip") else ""
+    raise UsageError(f"the {args.method} working set, estimated at {work / 2**30:.2f} GiB, exceeds the "
+                     f"{room / 2**30:.2f} GiB available ({source}){cheaper}; --ignore-memory-check starts anyway")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     now, work = resident_bytes(), working_set_bytes(graph, args.method)
     log(f"estimated peak memory {(now + work) / 2**30:.2f} GiB ({now / 2**30:.2f} GiB resident with the graph "
         f"loaded, plus the {args.method} working set {work / 2**30:.2f} GiB)")
+    check_memory(work, args)
     t1 = time.perf_counter()
     parts, kwargs = assign(args, graph, balance)
     t_assign = time.perf_counter() - t1
