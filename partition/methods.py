@@ -135,11 +135,14 @@ def metis_parts(
 
 
 def mtkahypar_parts(graph: Graph, num_parts: int, seed: int = 0, balance: Sequence[str] = (), objective: str = "cut",
-                    edge_weight: np.ndarray | None = None, vweights: np.ndarray | None = None) -> np.ndarray:
-    """Mt-KaHyPar: edge cut, or (`objective="vol"`) halo rows exactly, as hypergraph connectivity."""
+                    edge_weight: np.ndarray | None = None, vweights: np.ndarray | None = None,
+                    deterministic: bool = True) -> np.ndarray:
+    """Mt-KaHyPar: edge cut, or (`objective="vol"`) halo rows exactly, as hypergraph connectivity; its
+    deterministic preset unless `deterministic=False` (faster, but its threads race)."""
     from partition.backends import mtkahypar_parts as run_mtkahypar
 
-    return balanced_run(graph, num_parts, lambda adj, nw: run_mtkahypar(graph, adj, num_parts, nw, seed, objective),
+    return balanced_run(graph, num_parts, lambda adj, nw: run_mtkahypar(graph, adj, num_parts, nw, seed, objective,
+                                                                        deterministic=deterministic),
                         balance, vweights, edge_weight)
 
 

@@ -54,6 +54,10 @@ def add_parser(sub) -> None:
     p.add_argument("--ignore-memory-check", action="store_true",
                    help="start even when the estimated peak memory exceeds what is available (MemAvailable, or "
                         "the cgroup's limit); without it such work is refused in one line")
+    p.add_argument("--fast-nondeterministic", action="store_true",
+                   help="mtkahypar: its faster default preset, whose threads race, so the same command and --seed "
+                        "may give a different partition each run (default: the deterministic preset, same "
+                        "partition bit for bit on any thread count)")
     p.set_defaults(run=run)
 
 
@@ -69,7 +73,11 @@ def graph_bytes(graph) -> int:
 
 def method_options(args: argparse.Namespace) -> dict:
     """What --method takes besides the seed: METIS's and Mt-KaHyPar's objective, KaHIP's mode."""
-    if args.method in ("metis", "mtkahypar"):
+    if args.method == "mtkahypar":
+        return {"objective": args.objective, "deterministic": not args.fast_nondeterministic}
+    if args.fast_nondeterministic:
+        raise UsageError(f"--fast-nondeterministic applies to --method mtkahypar; {args.method} is deterministic")
+    if args.method == "metis":
         return {"objective": args.objective}
     if args.objective != "cut":
         raise UsageError(f"--objective {args.objective} applies to --method metis and mtkahypar")
@@ -143,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     t_assign = time.perf_counter() - t1
     meta = {
         "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,
-        "objective": kwargs.get("objective"), "balance": list(balance),
+        "objective": kwargs.get("objective"), "deterministic": kwargs.get("deterministic", True),
+        "balance": list(balance),
         "seed": args.seed, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
         "num_features": graph.num_features, "num_classes": graph.num_classes, "metric": graph.metric,
         "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
