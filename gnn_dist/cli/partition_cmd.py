@@ -149,17 +149,7 @@ def run(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     parts, kwargs = assign(args, graph, balance)
     t_assign = time.perf_counter() - t1
-    meta = {
-        "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,
-        "objective": kwargs.get("objective"), "deterministic": kwargs.get("deterministic", True),
-        "balance": list(balance),
-        "seed": args.seed, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-        "num_features": graph.num_features, "num_classes": graph.num_classes, "metric": graph.metric,
-        "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
-        "node_types": None, "edge_types": None, "link_split": args.link_split,
-        "relabelled": graph.original_ids is not None,
-        "constraints": constraint_balance(graph, parts, args.parts, balance),
-    }
+    meta = static_meta(args, graph, parts, kwargs, balance)
     bar = tqdm(total=args.parts, desc="writing parts", unit="part", file=sys.stderr, disable=None)
     written = write_partition(out, meta, parts, build_parts(graph, parts, args.parts), force=args.force,
                               on_part=lambda _: bar.update(),
@@ -170,6 +160,21 @@ def run(args: argparse.Namespace) -> int:
     report_constraints(meta["constraints"], balance)
     log(f"wrote {out} (assign {t_assign:.1f}s, total {time.perf_counter() - t0:.1f}s)")
     return 0
+
+
+def static_meta(args: argparse.Namespace, graph, parts, kwargs: dict, balance: tuple) -> dict:
+    """partition.json's fields for a static graph (write_partition adds the per-part rows and checksums)."""
+    return {
+        "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,
+        "objective": kwargs.get("objective"), "deterministic": kwargs.get("deterministic", True),
+        "balance": list(balance),
+        "seed": args.seed, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+        "num_features": graph.num_features, "num_classes": graph.num_classes, "metric": graph.metric,
+        "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
+        "node_types": None, "edge_types": None, "link_split": args.link_split,
+        "relabelled": graph.original_ids is not None,
+        "constraints": constraint_balance(graph, parts, args.parts, balance),
+    }
 
 
 def root_files(graph, links: dict | None) -> dict:
