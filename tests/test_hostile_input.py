@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, one_error_line, run_cli, write_npz_graph
+from tests.conftest import ROOT, one_error_line, write_npz_graph
 
 BIG = 2**31 + 5  # one such id made `partition` allocate 2^31 counters (OOM-killed at 23.7 GB)
 
@@ -29,6 +29,21 @@ def _partition(tmp_path, spec: str, parts: int = 2, *extra: str, limit_gb: float
     return subprocess.run([sys.executable, "-m", "gnn_dist", "partition", "--dataset", spec, "--parts", str(parts),
                            "--out", str(tmp_path / "o"), *extra], capture_output=True, text=True, cwd=ROOT,
                           timeout=300, preexec_fn=cap)
+
+
+def _partition_here(tmp_path, spec: str, *extra: str) -> subprocess.CompletedProcess:
+    """`gnn-dist partition` through the CLI's own main in this process (its one-line errors and exit codes are
+    main's), as a CompletedProcess for `one_error_line`: no interpreter start per bad file."""
+    import contextlib
+    import io
+
+    from gnn_dist.cli.main import main
+
+    argv = ["partition", "--dataset", spec, "--parts", "2", "--out", str(tmp_path / "o"), *extra]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
 
 
 def _nothing_written(tmp_path):
@@ -98,7 +113,7 @@ def test_sparse_chunks_build_the_same_graph_as_dense_ones(tmp_path):
 def test_bad_edge_lists_are_one_line(tmp_path, name, content, needle):
     f = tmp_path / name
     np.save(f, content) if isinstance(content, np.ndarray) else f.write_text(content)
-    r = run_cli("partition", "--dataset", f"edges:{f}", "--parts", "2", "--out", str(tmp_path / "o"))
+    r = _partition_here(tmp_path, f"edges:{f}")
     one_error_line(r, needle, strict=False)
     _nothing_written(tmp_path)
 
@@ -110,8 +125,8 @@ def test_empty_files_are_one_line(tmp_path):
     for spec, needle, extra in ((f"file:{tmp_path / 'empty.npz'}", "is empty", ()),
                                 (f"hfile:{tmp_path / 'empty.npz'}", "is empty", ()),
                                 (f"json:{tmp_path / 'empty.json'}", "is not valid JSON", ()),
-                                ("karate", "cannot be read", ("--assignment", str(tmp_path / "empty.npy")))):
-        r = run_cli("partition", "--dataset", spec, "--parts", "2", "--out", str(tmp_path / "o"), *extra)
+                                ("sbm:nodes=60", "cannot be read", ("--assignment", str(tmp_path / "empty.npy")))):
+        r = _partition_here(tmp_path, spec, *extra)
         one_error_line(r, needle, strict=False)
         _nothing_written(tmp_path)
 
@@ -132,8 +147,7 @@ def test_labels_out_of_range_are_one_line(tmp_path, change, extra, needle):
     y = np.arange(40) % 7
     for node, label in change.items():
         y[node] = label
-    r = run_cli("partition", "--dataset", f"file:{_labelled(tmp_path, y, **extra)}", "--parts", "2",
-                "--out", str(tmp_path / "o"))
+    r = _partition_here(tmp_path, f"file:{_labelled(tmp_path, y, **extra)}")
     one_error_line(r, needle, strict=False)
     _nothing_written(tmp_path)
 
@@ -167,6 +181,6 @@ def _temporal(tmp_path, periods: int, stated: int, weights: int):
 ])
 def test_disagreeing_temporal_fields_are_one_line(tmp_path, periods, stated, weights, needle):
     f = _temporal(tmp_path, periods, stated, weights)
-    r = run_cli("partition", "--dataset", f"json:{f}?lags=2", "--parts", "2", "--out", str(tmp_path / "o"))
+    r = _partition_here(tmp_path, f"json:{f}?lags=2")
     one_error_line(r, needle, strict=False)
     _nothing_written(tmp_path)

@@ -41,23 +41,38 @@ def test_two_runs_give_the_same_parts(grid, method, kw):
     if method in ("mtkahypar", "kahip"):
         pytest.importorskip(method)
     first = assign_parts(grid, 8, method, seed=3, **kw)
-    for _ in range(2):
-        assert np.array_equal(assign_parts(grid, 8, method, seed=3, **kw), first)
+    assert np.array_equal(assign_parts(grid, 8, method, seed=3, **kw), first)
 
 
-def test_the_command_writes_the_same_node_map_twice(tmp_path):
-    """Two processes, one command: identical node_map.npy; the faster racing preset only when asked, and said."""
-    pytest.importorskip("mtkahypar")
+def _partition_grid(tmp_path, out, *extra: str) -> list:
     np.savetxt(tmp_path / "grid.csv", grid_edges(), fmt="%d", delimiter=",")
+    return ["partition", "--dataset", f"edges:{tmp_path / 'grid.csv'}", "--parts", "8", "--method", "mtkahypar",
+            "--objective", "vol", "--seed", "3", "--out", str(out), *extra]
+
+
+def test_the_command_writes_the_same_node_map_twice(tmp_path, capsys):
+    """One command twice: identical node_map.npy; the racing preset only when asked, and partition.json says so."""
+    pytest.importorskip("mtkahypar")
+    from gnn_dist.cli.main import main
+
+    maps = []
+    for k, extra in enumerate(((), (), ("--fast-nondeterministic",))):
+        out = tmp_path / f"p{k}"
+        assert main(_partition_grid(tmp_path, out, *extra)) == 0, capsys.readouterr().err
+        maps.append((out / "node_map.npy").read_bytes())
+        assert json.loads((out / "partition.json").read_text())["deterministic"] is not bool(extra)
+    assert maps[0] == maps[1]
+    assert main(["partition", "--dataset", "sbm:nodes=60", "--parts", "2", "--fast-nondeterministic",
+                 "--out", str(tmp_path / "m")]) == 2
+    assert "--fast-nondeterministic applies to --method mtkahypar" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_processes_write_the_same_node_map(tmp_path):
+    pytest.importorskip("mtkahypar")
     maps = []
     for k in range(2):
-        out = tmp_path / f"p{k}"
-        r = run_cli("partition", "--dataset", f"edges:{tmp_path / 'grid.csv'}", "--parts", "8", "--method",
-                    "mtkahypar", "--objective", "vol", "--seed", "3", "--out", str(out))
+        r = run_cli(*_partition_grid(tmp_path, tmp_path / f"p{k}"))
         assert r.returncode == 0, r.stderr
-        maps.append((out / "node_map.npy").read_bytes())
-        assert json.loads((out / "partition.json").read_text())["deterministic"] is True
+        maps.append((tmp_path / f"p{k}" / "node_map.npy").read_bytes())
     assert maps[0] == maps[1]
-    r = run_cli("partition", "--dataset", "karate", "--parts", "2", "--method", "metis", "--fast-nondeterministic",
-                "--out", str(tmp_path / "m"))
-    assert r.returncode == 2 and "--fast-nondeterministic applies to --method mtkahypar" in r.stderr

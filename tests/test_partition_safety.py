@@ -13,6 +13,8 @@ import pytest
 from gnn_dist.cli.main import main
 from partition import memory
 
+SMALL = "sbm:nodes=300,classes=3,features=4,seed=1"  # quick to load: no PyG data set behind it
+
 
 def _run(capsys, *argv: str) -> tuple[int, list[str]]:
     rc = main(["partition", *argv])
@@ -22,7 +24,7 @@ def _run(capsys, *argv: str) -> tuple[int, list[str]]:
 
 def test_a_full_disk_is_one_line_and_leaves_the_old_partition(tmp_path, capsys, monkeypatch):
     out = tmp_path / "k"
-    assert _run(capsys, "--dataset", "karate", "--parts", "2", "--out", str(out))[0] == 0
+    assert _run(capsys, "--dataset", SMALL, "--parts", "2", "--out", str(out))[0] == 0
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     calls = []
     real_fsync = os.fsync
@@ -34,26 +36,26 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_partition(tmp_path, capsys, 
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", full)
-    rc, errors = _run(capsys, "--dataset", "karate", "--parts", "3", "--out", str(out), "--force")
+    rc, errors = _run(capsys, "--dataset", SMALL, "--parts", "3", "--out", str(out), "--force")
     assert rc == 2 and len(errors) == 1, errors
     assert "No space left on device" in errors[0] and "nothing was written" in errors[0], errors
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]  # no staging folder left behind
-    rc, errors = _run(capsys, "--dataset", "karate", "--parts", "3", "--out", str(tmp_path / "new"))
+    rc, errors = _run(capsys, "--dataset", SMALL, "--parts", "3", "--out", str(tmp_path / "new"))
     assert rc == 2 and len(errors) == 1 and not (tmp_path / "new").exists()
 
 
 def test_work_beyond_the_memory_available_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda: (64 << 10, "MemAvailable"))
     out = tmp_path / "c"
-    rc, errors = _run(capsys, "--dataset", "cora", "--parts", "2", "--out", str(out))
+    rc, errors = _run(capsys, "--dataset", SMALL, "--parts", "2", "--out", str(out))
     assert rc == 2 and len(errors) == 1, errors
     assert "metis working set" in errors[0] and "exceeds the 0.00 GiB available (MemAvailable)" in errors[0]
     assert "--ignore-memory-check" in errors[0] and not out.exists()
-    rc = main(["partition", "--dataset", "cora", "--parts", "2", "--out", str(out), "--ignore-memory-check"])
+    rc = main(["partition", "--dataset", SMALL, "--parts", "2", "--out", str(out), "--ignore-memory-check"])
     assert rc == 0 and "going on (--ignore-memory-check)" in capsys.readouterr().err and out.is_dir()
     monkeypatch.setattr(memory, "available_bytes", lambda: (1 << 40, "MemAvailable"))
-    assert _run(capsys, "--dataset", "cora", "--parts", "2", "--out", str(out), "--force")[0] == 0
+    assert _run(capsys, "--dataset", SMALL, "--parts", "2", "--out", str(out), "--force")[0] == 0
 
 
 def test_the_tightest_cgroup_limit_counts(tmp_path, monkeypatch):
@@ -76,5 +78,5 @@ def test_the_tightest_cgroup_limit_counts(tmp_path, monkeypatch):
 @pytest.mark.parametrize("method", ["metis", "fennel"])
 def test_the_estimate_is_checked_for_every_method(tmp_path, capsys, monkeypatch, method):
     monkeypatch.setattr(memory, "available_bytes", lambda: (1 << 10, "the cgroup's limit"))
-    rc, errors = _run(capsys, "--dataset", "karate", "--parts", "2", "--method", method, "--out", str(tmp_path / "o"))
+    rc, errors = _run(capsys, "--dataset", SMALL, "--parts", "2", "--method", method, "--out", str(tmp_path / "o"))
     assert rc == 2 and len(errors) == 1 and f"the {method} working set" in errors[0]

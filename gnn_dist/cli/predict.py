@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--all-types applies to typed graphs; {args.partition} holds a static graph")
     if not Path(args.model_file).is_file():
         raise UsageError(f"model file {args.model_file} does not exist")
+    from partition.book import PartitionBook
+
+    original = PartitionBook(args.partition, meta).original_ids  # edges: compacted ids; checked on every rank, first
 
     import torch
 
@@ -76,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
         mine = graph.types.node_type[: graph.num_inner] == t
         gids, rows = gids[mine] - sum(meta["node_counts"][:t]), rows[mine]
         num_nodes, what = meta["node_counts"][t], f"{args.output} of node type '{meta['target_type']}'"
-    original = graph.book.original_ids if ctx.is_main and graph.types is None else None  # edges: compacted ids
     write_in_global_order(ctx, gids, rows, num_nodes, Path(args.out), what, original)
     ctx.close()
     return 0
