@@ -28,6 +28,7 @@ class PartitionBook:
         self._node_map: np.ndarray | None = None  # read on first use: a rank's training never needs it
         self._rows: list[tuple[np.ndarray, int] | None] = [None] * self.num_parts
         self._local: np.ndarray | None = None
+        self._original: np.ndarray | None = None
 
     @property
     def node_map(self) -> np.ndarray:
@@ -40,10 +41,12 @@ class PartitionBook:
         """The input's id of every global id, where the loader compacted sparse ids (`edges:`), else None."""
         if ORIGINAL_IDS_FILE not in self.meta["sha256"]:
             return None
-        ids = read_root_file(self.path, ORIGINAL_IDS_FILE, self.meta, self.verify)
-        if ids.shape != (self.num_nodes,):
-            raise DataError(f"{self.path}/{ORIGINAL_IDS_FILE} has {ids.shape[0]} ids for {self.num_nodes} nodes")
-        return ids
+        if self._original is None:  # read (and checked) once, memory-mapped
+            ids = read_root_file(self.path, ORIGINAL_IDS_FILE, self.meta, self.verify)
+            if ids.shape != (self.num_nodes,):
+                raise DataError(f"{self.path}/{ORIGINAL_IDS_FILE} has {ids.shape[0]} ids for {self.num_nodes} nodes")
+            self._original = ids
+        return self._original
 
     def to_original(self, gids) -> np.ndarray:
         """The input's ids of these global ids (the same ids where they were not compacted)."""

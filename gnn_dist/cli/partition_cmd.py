@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     for key in balance:  # before loading: a typo should not cost the load
         if key not in BALANCE_KEYS:
             raise UsageError(f"unknown balance key '{key}' (choose from {', '.join(BALANCE_KEYS)})")
+    method_options(args)  # a flag the method does not take fails before the load too
     t0 = time.perf_counter()
     log(f"loading {args.dataset}")
     graph = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)
