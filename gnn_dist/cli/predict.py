@@ -41,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--all-types applies to typed graphs; {args.partition} holds a static graph")
     if not Path(args.model_file).is_file():
         raise UsageError(f"model file {args.model_file} does not exist")
+    from partition.book import PartitionBook
+
+    original = PartitionBook(args.partition, meta).original_ids  # edges: compacted ids; checked on every rank, first
 
     import torch
 
@@ -76,13 +79,15 @@ def run(args: argparse.Namespace) -> int:
         mine = graph.types.node_type[: graph.num_inner] == t
         gids, rows = gids[mine] - sum(meta["node_counts"][:t]), rows[mine]
         num_nodes, what = meta["node_counts"][t], f"{args.output} of node type '{meta['target_type']}'"
-    write_in_global_order(ctx, gids, rows, num_nodes, Path(args.out), what)
+    write_in_global_order(ctx, gids, rows, num_nodes, Path(args.out), what, original)
     ctx.close()
     return 0
 
 
-def write_in_global_order(ctx, gids, values, num_nodes: int, target: Path, what: str) -> None:
-    """Rank 0 gathers every rank's rows and writes them by global id, atomically (temporary file, rename)."""
+def write_in_global_order(ctx, gids, values, num_nodes: int, target: Path, what: str, original_ids=None) -> None:
+    """Rank 0 gathers every rank's rows and writes them by global id, atomically (temporary file, rename).
+    Where the partition compacted sparse input ids, `original_ids` (row i's id in the input) goes beside
+    the output as OUT.ids.npy (preds.npy -> preds.ids.npy), so the output itself keeps one layout."""
     import numpy as np
     import torch.distributed as dist
 
@@ -98,8 +103,19 @@ def write_in_global_order(ctx, gids, values, num_nodes: int, target: Path, what:
     for ids, rows in gathered:
         result[ids] = rows
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.npy")
-    np.save(tmp, result)
-    os.replace(tmp, target)
-    print(f"wrote {target}: {what}, shape {tuple(result.shape)}, global id order")
+    ids_line = ""
+    if original_ids is not None:
+        ids_target = target.with_name(target.name.removesuffix(".npy") + ".ids.npy")
+        save_atomic(ids_target, np.asarray(original_ids, np.int64))
+        ids_line = f"; each row's input id in {ids_target}"
+    save_atomic(target, result)
+    print(f"wrote {target}: {what}, shape {tuple(result.shape)}, global id order{ids_line}")
     sys.stdout.flush()
+
+
+def save_atomic(target: Path, array) -> None:
+    import numpy as np
+
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.npy")
+    np.save(tmp, array)
+    os.replace(tmp, target)
