@@ -201,12 +201,12 @@ def _ptx(tk) -> list[str]:
     ints = {"n": "i32", "w": "i32", "pw": "i32"}
     cases = [(tk._keyed_dropout_kernel, {"x_ptr": "*fp32", "ids_ptr": "*i64", "out_ptr": "*fp32", "n": "i32", "w": "i32",
                                          "stride_x": "i32", "key": "i32", "drop_below": "i32", "scale": "fp32"},
-              {"BLOCK_R": 32, "BLOCK_W": 128, "CHUNKS": 1}),
+              {"BLOCK_R": 32, "BLOCK_W": 128, "CHUNKS": 1, "ALIGN": 4}),
              (tk._encode_kernel, {"x_ptr": "*fp32", "idx_ptr": "*i64", "out_ptr": "*u8", "scale_ptr": "*fp32", **ints,
                                   "stride_x": "i32", "key": "i32"},
-              {"BITS": 4, "HAS_IDX": True, "BLOCK_R": 32, "BLOCK_K": 64, "CHUNKS": 1}),
+              {"BITS": 4, "HAS_IDX": True, "BLOCK_R": 32, "BLOCK_K": 64, "CHUNKS": 1, "ALIGN": 4}),
              (tk._decode_kernel, {"rec_ptr": "*u8", "out_ptr": "*fp32", "idx_ptr": "*i64", **ints, "stride_o": "i32"},
-              {"BITS": 4, "HAS_IDX": True, "ADD": True, "BLOCK_R": 32, "BLOCK_K": 64, "CHUNKS": 1})]
+              {"BITS": 4, "HAS_IDX": True, "ADD": True, "BLOCK_R": 32, "BLOCK_K": 64, "CHUNKS": 1, "ALIGN": 4})]
     out = []
     for fn, sig, consts in cases:
         src = triton.compiler.ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in consts}}, constexprs=consts)
