@@ -22,6 +22,8 @@ from gnn_dist.runtime import codec, kernels  # noqa: E402
 pytestmark = [pytest.mark.skipif(not kernels.available(), reason="numba (the reference) not installed"),
               pytest.mark.filterwarnings("ignore::RuntimeWarning")]  # numpy, in the interpreter, on NaN rows
 SHAPES = [(40, 1), (66000, 1), (300, 7), (9400, 7), (120, 37), (1800, 37), (60, 128), (520, 128)]  # n * w <> 2^16
+# every bit-width at every shape, but 1-wide rows past the table once: such a row is constant, its codes all 0
+CASES = [(b, n, w) for n, w in SHAPES for b in codec.INT_BITS if not (w == 1 and n > 65536 and b != 8)]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,9 @@ def tk():
     """triton_kernels with interpreted kernels (TRITON_INTERPRET=1 only while it loads)."""
     from gnn_dist.runtime import triton_kernels
 
-    return triton_kernels.interpreted()
+    tk = triton_kernels.interpreted()
+    tk.NARROW_ROWS = 32  # the interpreter pays per program: odd narrow rows 32 to a program here, not 8
+    return tk
 
 
 @pytest.fixture()
@@ -62,7 +66,7 @@ def test_tables_agree(tk):
 
 @pytest.mark.parametrize("w", [1, 7, 37, 128])
 def test_keyed_dropout_draws_numbas_mask_and_products(tk, on_triton, w):
-    n = 4000 // w + 9
+    n = 1000 // w + 9
     x = torch.randn(n, w, generator=torch.Generator().manual_seed(w))
     ids = torch.randperm(10**6)[:n] * 5000  # ids * width beyond 2^32: the hash sees the low 32 bits alike
     for key, p in ((2**63 + 12345, 0.4), (7, 0.9)):
@@ -96,12 +100,12 @@ def _cpu(fn, *args, **kw):
         codec._triton = saved
 
 
-@pytest.mark.parametrize("bits", codec.INT_BITS)
-@pytest.mark.parametrize("n,w", SHAPES)
+@pytest.mark.parametrize("bits,n,w", CASES)
 def test_encode_and_decode_match_numba_bit_for_bit(on_triton, monkeypatch, tk, bits, n, w):
     if n * w > 65536:  # fewer, larger programs (the interpreter pays per program); small blocks keep the GPU's tiles
         monkeypatch.setattr(tk, "TILE", 1 << 16)
         monkeypatch.setattr(tk, "MAX_BLOCK_R", 4096)
+        monkeypatch.setattr(tk, "NARROW_ROWS", 4096)
     x = _rows(n, w, seed=n * w + bits)
     idx = torch.randint(0, n, (n * 3 // 4 + 1,), generator=torch.Generator().manual_seed(bits))  # repeats, any order
     name = f"int{bits}"
