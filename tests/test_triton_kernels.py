@@ -32,7 +32,7 @@ def tk():
     from gnn_dist.runtime import triton_kernels
 
     tk = triton_kernels.interpreted()
-    tk.NARROW_ROWS = 32  # the interpreter pays per program: odd narrow rows 32 to a program here, not 8
+    tk.NARROW_TILE = 2048  # the interpreter pays per program: programs four times the GPU.s for odd narrow rows
     return tk
 
 
@@ -105,7 +105,7 @@ def test_encode_and_decode_match_numba_bit_for_bit(on_triton, monkeypatch, tk, b
     if n * w > 65536:  # fewer, larger programs (the interpreter pays per program); small blocks keep the GPU's tiles
         monkeypatch.setattr(tk, "TILE", 1 << 16)
         monkeypatch.setattr(tk, "MAX_BLOCK_R", 4096)
-        monkeypatch.setattr(tk, "NARROW_ROWS", 4096)
+        monkeypatch.setattr(tk, "NARROW_TILE", 1 << 16)
     x = _rows(n, w, seed=n * w + bits)
     idx = torch.randint(0, n, (n * 3 // 4 + 1,), generator=torch.Generator().manual_seed(bits))  # repeats, any order
     name = f"int{bits}"
