@@ -202,3 +202,72 @@ def typed_and_dynamic_match_pyg(device: str, tmp_path, world: int = 2) -> None:
 
 def test_typed_and_dynamic_models_match_pyg_on_cuda(tmp_path):
     typed_and_dynamic_match_pyg("cuda", tmp_path)
+
+
+@pytest.fixture(scope="module")
+def triton_kernels():
+    """The compiled kernels, and an interpreted copy of them (TRITON_INTERPRET while it loads)."""
+    pytest.importorskip("triton")
+    from gnn_dist.runtime import kernels, triton_kernels
+
+    if not kernels.available():
+        pytest.skip("numba (the CPU reference) not installed")
+    return triton_kernels, triton_kernels.interpreted()
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("n,w", [(300, 7), (9400, 7), (1800, 37), (520, 128), (20000, 128), (3, 5000)])
+def test_compiled_codec_kernels_write_the_cpus_bits(triton_kernels, bits, n, w):
+    """Compiled on the device (no FMA, rounded divisions) = numba on the CPU: whole wire records, decode, decode-add."""
+    from gnn_dist.runtime import codec
+
+    compiled, interpreted = triton_kernels
+    g = torch.Generator().manual_seed(n + w + bits)
+    x = torch.randn(n, w, generator=g) * torch.logspace(-4, 3, n).unsqueeze(1)
+    x[1], x[2, 0] = 2.5, float("nan")
+    idx = torch.randint(0, n, (n * 3 // 4 + 1,), generator=g)
+    name, dev = f"int{bits}", torch.device("cuda")
+    for index in (idx, None):
+        want, want_scale = codec.encode_rows(x, name, 7, index=index)  # numba
+        got, scale = codec.encode_rows(x.to(dev), name, 7,
+                                       index=None if index is None else index.to(dev))  # Triton, compiled
+        assert torch.equal(got.cpu(), want) and torch.equal(scale.cpu().view(torch.int32), want_scale.view(torch.int32))
+    if n * w <= 20000:  # the interpreter too, on small blocks (it is slow)
+        mine = torch.empty_like(want)
+        interpreted.encode_rows(x, None, bits, 7, mine)
+        assert torch.equal(mine, want)
+    dec = codec.decode_rows(got, name, w)
+    assert dec.is_cuda and _same_bits(dec.cpu(), codec.decode_rows(want, name, w))
+    target, dest = torch.randn(n + 5, w, generator=g), torch.randperm(n + 5, generator=g)[:n]
+    expect = codec.decode_rows_add(want, name, w, target.clone(), dest)
+    assert _same_bits(codec.decode_rows_add(got, name, w, target.to(dev), dest.to(dev)).cpu(), expect)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, NaN's payload aside: the GPU's arithmetic makes its canonical NaN where x86 keeps the operand's."""
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32))
+
+
+def test_compiled_send_buffer_and_keyed_dropout_match_the_cpu(triton_kernels, monkeypatch):
+    """The exchange's encode_split on the device writes the CPU's send buffer; keyed input dropout draws its masks."""
+    from gnn_dist.nn import dropout
+    from gnn_dist.runtime import codec, kernels
+
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5000, 64, generator=g)
+    splits, names = [900, 0, 1200, 600, 2000], ["int8", "int4", "fp16", "int2", "int4"]
+    index = torch.randint(0, 5000, (sum(splits),), generator=g)
+    nbytes = sum(codec.wire_bytes(r, 64, c) for r, c in zip(splits, names))
+    want, got = torch.empty(nbytes, dtype=torch.uint8), torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    codec.encode_split(x, index, splits, names, want, 1)
+    codec.encode_split(x.to(dev), index.to(dev), splits, names, got, 1)
+    assert torch.equal(got.cpu(), want)
+    monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", 0)  # the CPU side runs numba's keyed_dropout_rows
+    ids = torch.randperm(10**6, generator=g)[:5000] * 5000
+    for w in (1, 37, 128):
+        xs = torch.randn(5000, w, generator=g)
+        cpu = dropout.keyed_dropout(xs, ids, 0.4, 2**63 + 99)
+        gpu = dropout.keyed_dropout(xs.to(dev), ids.to(dev), 0.4, 2**63 + 99)
+        assert gpu.is_cuda and torch.equal(gpu.cpu().view(torch.int32), cpu.view(torch.int32))

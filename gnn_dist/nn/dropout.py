@@ -12,7 +12,8 @@ The input features are dropped differently (`input_dropout`): their mask is a
 function of (epoch key, global node id, column), so a rank can drop its own
 copy of a halo row exactly as the row's owner drops it. The halo of the input
 then needs fetching only once (`HaloExchange.static_halo`), and a distributed
-run draws the very masks a single process does.
+run draws the very masks a single process does. On CUDA a Triton kernel draws them
+(`runtime/triton_kernels.py`, where triton is installed): the CPU's masks, in one pass.
 """
 from __future__ import annotations
 
@@ -95,6 +96,12 @@ def _hashed(x: torch.Tensor) -> bool:
     return BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and kernels.available()
 
 
+def _keyed_on_gpu(x: torch.Tensor) -> bool:
+    """Keyed dropout of x runs the Triton kernel (CUDA float32, no autograd, triton installed)?"""
+    return (BACKEND != "torch" and x.is_cuda and x.dtype == torch.float32 and not x.requires_grad
+            and kernels.triton_available())
+
+
 _M32 = 0xFFFFFFFF
 
 
@@ -123,6 +130,8 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
     key %= 2**64
     scale = 1.0 / (1.0 - p)
     x2 = x.reshape(x.shape[0], -1)
+    if _keyed_on_gpu(x):  # one Triton pass, numba's very mask and products
+        return kernels.triton().keyed_dropout(x2, ids.to(x.device, torch.int64), _drop_below(p), scale, key).view_as(x)
     if _hashed(x) and not x.requires_grad and x2.numel() >= kernels.NUMBA_MIN_ITEMS:
         out = torch.empty_like(x2)
         kernels.in_ranges(kernels.load().keyed_dropout_rows, x2.shape[0], x2.contiguous().numpy(), out.numpy(),

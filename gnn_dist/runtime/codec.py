@@ -7,13 +7,12 @@ Values are packed 8 / B per byte, planar: code j of a row sits in byte
 j mod P at bit (j div P) * B, P the packed width. Rows with max == min send
 a zero payload.
 
-On the CPU, fused numba kernels (`gnn_dist.runtime.numba_kernels`) do the work where
-numba is installed; elsewhere (CUDA, or GNN_DIST_CODEC=torch) torch
-expressions do. Both write the same bytes layout and decode alike.
+On the CPU, fused numba kernels (`numba_kernels`) do the work where numba is installed; on CUDA, Triton
+kernels (`triton_kernels`: numba's keyed dither, so a key draws the same codes) where triton is; elsewhere
+(or with GNN_DIST_CODEC=torch) torch expressions do. All write the same bytes layout and decode alike.
 
-Each encode takes an integer `key` that fixes its dither (the exchange passes
-one from the epoch's dither stream, `gnn_dist.runtime.streams`); without
-one, a key is drawn (`streams.dither_key`).
+Each encode takes an integer `key` that fixes its dither (the exchange passes one from the epoch's dither
+stream, `gnn_dist.runtime.streams`); without one, a key is drawn (`streams.dither_key`).
 """
 from __future__ import annotations
 
@@ -182,6 +181,11 @@ def _fused(x: torch.Tensor) -> bool:
     return True
 
 
+def _triton(x: torch.Tensor) -> bool:
+    """Use the Triton kernels for this tensor (CUDA, and triton installed)?"""
+    return BACKEND != "torch" and x.is_cuda and kernels.triton_available()
+
+
 def _key(key: int | None) -> int:
     """The encode's dither key: the caller's, or the next one of the dither stream."""
     return streams.dither_key() if key is None else int(key)
@@ -258,8 +262,9 @@ def encode_rows(x: torch.Tensor, codec: str, key: int | None = None,
     What the exchange sends, so a row-split all_to_all carries any codec;
     `out` (uint8, wire_bytes long) is filled in place, e.g. a slice of the send buffer.
     """
+    on_gpu = codec in CODECS and codec not in FLOAT_CODECS and _triton(x)
     fused_int = codec in CODECS and codec not in FLOAT_CODECS and _fused(x)
-    if index is not None and not fused_int:
+    if index is not None and not (fused_int or on_gpu):
         x, index = x[index], None  # gather first: float codecs and the torch path read a dense block
     rows = x.shape[0] if index is None else index.shape[0]
     if out is None:
@@ -268,6 +273,8 @@ def encode_rows(x: torch.Tensor, codec: str, key: int | None = None,
     if codec in FLOAT_CODECS:
         out.copy_(x.to(FLOAT_CODECS[codec]).contiguous().view(torch.uint8).view(rows, -1))
         return out, None
+    if on_gpu:  # one pass: row ranges, numba's keyed dither, packing, records straight into `out`
+        return out, kernels.triton().encode_rows(x.detach().float(), index, int(codec[3:]), _key(key), out)
     if fused_int:
         o = out.numpy()
         lo, scale = _fused_encode(x, int(codec[3:]), key, o, index, ranges)
@@ -342,6 +349,9 @@ def decode_rows(records: torch.Tensor, codec: str, width: int, dtype: torch.dtyp
         out.copy_(records.contiguous().view(FLOAT_CODECS[codec]).view(rows, width))
         return out
     bits = int(codec[3:])
+    if _triton(records) and out.dtype == torch.float32 and out.is_contiguous():
+        kernels.triton().decode_rows(records, bits, out.view(rows, width))
+        return out
     if _fused(records) and out.dtype == torch.float32 and out.is_contiguous():
         r = records.numpy()
         kernels.load().decode_into(r, *_split_records(r, width, bits), out.numpy(), np.arange(rows), False, bits)
@@ -357,6 +367,9 @@ def decode_rows_add(records: torch.Tensor, codec: str, width: int, target: torch
     if rows == 0:
         return target
     records = records.view(rows, -1)
+    if codec not in FLOAT_CODECS and _triton(records) and target.dtype == torch.float32 and target.is_contiguous():
+        kernels.triton().decode_rows(records, int(codec[3:]), target.view(target.shape[0], -1), index, add=True)
+        return target
     if codec not in FLOAT_CODECS and _fused(records) and target.dtype == torch.float32 and target.is_contiguous():
         r, bits = records.numpy(), int(codec[3:])
         kernels.load().decode_into(r, *_split_records(r, width, bits), target.view(target.shape[0], -1).numpy(),
