@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from gnn_dist.runtime import codec, kernels, streams
+from gnn_dist.runtime import adaptive, codec, kernels, streams
 
 BACKENDS = ["torch", pytest.param("fused", marks=pytest.mark.skipif(not kernels.available(),
                                                                    reason="numba not installed"))]
@@ -40,7 +40,7 @@ def test_decoding_is_unbiased_and_variance_matches_theory(bits, backend):
         d = codec.decode(codec.encode(x, f"int{bits}", key=1000 * bits + trial)).double() - x.double()
         err_sum += d
         sq_sum += d * d
-    var = codec.rounding_variance(x, bits)
+    var = adaptive.rounding_variance(x, bits)
     # aggregate z-test: the summed error of all elements and trials against its theoretical spread
     z = err_sum.sum() / math.sqrt(trials * var.sum())
     assert abs(z) < 4.0, z

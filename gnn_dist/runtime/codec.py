@@ -378,16 +378,6 @@ def decode_rows_add(records: torch.Tensor, codec: str, width: int, target: torch
     return target.index_add_(0, index, decode_rows(records, codec, width, target.dtype).view(rows, *target.shape[1:]))
 
 
-def rounding_variance(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Per-element variance of stochastic rounding, scale^2 p (1 - p): what the adaptive policy minimises."""
-    x = x.double()
-    lo = x.amin(dim=1, keepdim=True)
-    scale = (x.amax(dim=1, keepdim=True) - lo) / (2**bits - 1)
-    v = (x - lo) / torch.where(scale == 0, torch.ones_like(scale), scale)
-    p = v - v.floor()
-    return scale**2 * p * (1 - p)
-
-
 def to_rows(e: Encoded) -> torch.Tensor:
     """One byte record per row, [payload | lo | scale], so a row-split all_to_all carries an int block."""
     n = e.payload.shape[0]

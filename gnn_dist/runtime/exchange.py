@@ -18,12 +18,10 @@ node id (`gnn_dist.nn.dropout.input_dropout`) and `provide`s it, and the
 first layer's forward then sends nothing. Exact: the same values arrive as
 if sent.
 
-On CUDA the whole exchange (gather of send rows aside) runs on a side stream:
-encoding, the NCCL all_to_all and decoding overlap whatever the default
-stream computes meanwhile (the central rows). Where ranks share a GPU the
-all_to_all runs on gloo (or MPI) through pinned host copies, and those copies
-run on the side stream too (`gnn_dist.runtime.staging`). Statistics stay on
-the device until the epoch's metrics are read, so no step forces a host sync.
+On CUDA the whole exchange (gather of send rows aside) runs on a side stream: encoding, the NCCL
+all_to_all and decoding overlap whatever the default stream computes meanwhile (the central rows). Where
+ranks share a GPU the all_to_all runs on gloo (or MPI) through pinned host copies, made on the side stream
+too (`gnn_dist.runtime.staging`). Statistics stay on the device until the epoch's metrics are read.
 """
 from __future__ import annotations
 
