@@ -1,7 +1,8 @@
 """Optional partitioners as backends: Mt-KaHyPar and KaHIP (pip extras `mtkahypar`, `kahip`).
 
-Mt-KaHyPar partitions either the undirected graph (edge cut) or, with
-`objective="vol"`, the hypergraph whose nets are {v} + out-neighbours(v):
+Mt-KaHyPar (its deterministic preset unless asked otherwise) partitions either
+the undirected graph (edge cut) or, with `objective="vol"`, the hypergraph
+whose nets are {v} + out-neighbours(v):
 a layer's exchange sends v's row once to every other part that holds one of
 its out-neighbours, so the connectivity (lambda - 1) objective of these nets
 is exactly the halo rows a partition costs. KaHIP's kaffpa minimises the
@@ -51,10 +52,16 @@ def out_neighbour_nets(graph: Graph) -> list[list[int]]:
 
 
 def mtkahypar_parts(graph: Graph, adj: sp.csr_matrix, num_parts: int, node_weights: np.ndarray | None, seed: int = 0,
-                    objective: str = "cut", epsilon: float = 0.03, threads: int | None = None) -> np.ndarray:
-    """Mt-KaHyPar's default preset; `adj` is the symmetric adjacency (pair multiplicities as edge weights)."""
+                    objective: str = "cut", epsilon: float = 0.03, threads: int | None = None,
+                    deterministic: bool = True) -> np.ndarray:
+    """Mt-KaHyPar; `adj` is the symmetric adjacency (pair multiplicities as edge weights).
+
+    Its default preset is seeded but not reproducible: its threads race, so the same seed may give a
+    different partition in each run. The deterministic preset gives the same partition for a seed on any
+    thread count (tests/test_partition_determinism.py); `deterministic=False` takes the default one.
+    """
     m, mt = _mtkahypar(threads)
-    ctx = mt.context_from_preset(m.PresetType.DEFAULT)
+    ctx = mt.context_from_preset(m.PresetType.DETERMINISTIC if deterministic else m.PresetType.DEFAULT)
     ctx.logging = False
     m.set_seed(int(seed))
     n = graph.num_nodes

@@ -1,8 +1,9 @@
 """The partition book: the one place that maps node ids between the whole graph and its parts.
 
 global id -> owning part (`node_map.npy`), global id -> local id within the
-owner's inner rows, and back; and each part's local rows (inner, then halo)
--> global ids. Local ids follow the local order of docs/design.md §2 (central,
+owner's inner rows, and back; each part's local rows (inner, then halo)
+-> global ids; and global id -> the input's own id, where the edge-list
+loader compacted sparse ids (`original_ids.npy`). Local ids follow the local order of docs/design.md §2 (central,
 then marginal, then halo by owner), so local id i is `LocalGraph` row i.
 
 Everything is read through the store's checksums (`verify=False` skips them,
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from partition.errors import DataError
-from partition.store import read_local_ids, read_meta, read_node_map
+from partition.store import ORIGINAL_IDS_FILE, read_local_ids, read_meta, read_node_map, read_root_file
 
 
 class PartitionBook:
@@ -27,12 +28,31 @@ class PartitionBook:
         self._node_map: np.ndarray | None = None  # read on first use: a rank's training never needs it
         self._rows: list[tuple[np.ndarray, int] | None] = [None] * self.num_parts
         self._local: np.ndarray | None = None
+        self._original: np.ndarray | None = None
 
     @property
     def node_map(self) -> np.ndarray:
         if self._node_map is None:
             self._node_map = read_node_map(self.path, self.meta, self.verify)
         return self._node_map
+
+    @property
+    def original_ids(self) -> np.ndarray | None:
+        """The input's id of every global id, where the loader compacted sparse ids (`edges:`), else None."""
+        if ORIGINAL_IDS_FILE not in self.meta["sha256"]:
+            return None
+        if self._original is None:  # read (and checked) once, memory-mapped
+            ids = read_root_file(self.path, ORIGINAL_IDS_FILE, self.meta, self.verify)
+            if ids.shape != (self.num_nodes,):
+                raise DataError(f"{self.path}/{ORIGINAL_IDS_FILE} has {ids.shape[0]} ids for {self.num_nodes} nodes")
+            self._original = ids
+        return self._original
+
+    def to_original(self, gids) -> np.ndarray:
+        """The input's ids of these global ids (the same ids where they were not compacted)."""
+        g = self._check(gids)
+        ids = self.original_ids
+        return g if ids is None else np.asarray(ids[g], np.int64)
 
     def adopt(self, part: int, global_ids: np.ndarray, num_inner: int) -> None:
         """Take a part's local rows already read (and verified) by the loader, instead of reading them again."""

@@ -147,7 +147,7 @@ def write_snapshot_partition(out, seq: Snapshots, num_parts: int, method: str = 
     }
     meta = {
         "graph": seq.name, "dataset": dataset or seq.name, "num_parts": num_parts, "method": method,
-        "objective": options.get("objective"), "balance": [], "seed": seed,
+        "objective": options.get("objective"), "deterministic": options.get("deterministic", True), "balance": [], "seed": seed,
         "num_nodes": seq.num_nodes, "num_edges": union.num_edges, "num_features": seq.num_features,
         "num_classes": seq.num_classes, "task": seq.task, "num_snapshots": seq.num_snapshots,
         "num_train_snapshots": seq.num_train, "weighted": True, "node_types": None, "edge_types": None,

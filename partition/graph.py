@@ -32,6 +32,7 @@ class Graph:
     node_type: np.ndarray | None = None  # int64 [N]: type of each node (typed graphs)
     edge_attr: np.ndarray | None = None  # float32 [E, D]: edge features, CSR order
     metric: str | None = None  # what its users report, where not the default (accuracy; micro-F1 if multi-label)
+    original_ids: np.ndarray | None = None  # int64 [N]: each node's id in the input, where a loader compacted them
 
     def __post_init__(self) -> None:
         self.indptr = np.ascontiguousarray(self.indptr, dtype=np.int64)
@@ -47,6 +48,7 @@ class Graph:
             self.edge_attr = np.ascontiguousarray(self.edge_attr, dtype=np.float32)
             if self.edge_attr.ndim == 1:
                 self.edge_attr = self.edge_attr[:, None]
+        self.classes_given = bool(self.num_classes)  # else counted from the labels: a stray label is then a class
         if not self.num_classes:
             self.num_classes = self.y.shape[1] if self.multilabel else int(self.y.max()) + 1 if self.y.size else 0
         self.validate()
@@ -107,6 +109,7 @@ class Graph:
         edge_type: np.ndarray | None = None,
         node_type: np.ndarray | None = None,
         edge_attr: np.ndarray | None = None,
+        original_ids: np.ndarray | None = None,
     ) -> "Graph":
         """Build from an edge list; rejects out-of-range ids before anything is sorted."""
         src = np.asarray(src, dtype=np.int64)
@@ -121,7 +124,8 @@ class Graph:
         ew = None if edge_weight is None else np.asarray(edge_weight, dtype=np.float32)[order]
         et = None if edge_type is None else np.asarray(edge_type, dtype=np.int64)[order]
         ea = None if edge_attr is None else np.asarray(edge_attr, dtype=np.float32)[order]
-        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes, et, node_type, ea)
+        return cls(indptr, src[order], x, y, train_mask, val_mask, test_mask, ew, name, num_classes, et, node_type, ea,
+                   original_ids=original_ids)
 
     # ---------------------------------------------------------- validation
     def validate(self) -> None:
@@ -143,11 +147,12 @@ class Graph:
                                 f"{self.y.shape}")
         elif self.y.shape != (n,):
             raise DataError(f"graph {self.name}: labels have shape {self.y.shape}, expected ({n},) or ({n}, C)")
-        elif self.y.size and (self.y.min() < -1 or (self.num_classes and self.y.max() >= self.num_classes)):
-            raise DataError(f"graph {self.name}: labels outside [-1, {self.num_classes})")
         for m in ("train_mask", "val_mask", "test_mask"):
             if getattr(self, m).shape != (n,):
                 raise DataError(f"graph {self.name}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
+        if not self.multilabel:
+            check_labels(f"graph {self.name}", self.y, self.num_classes, self.classes_given,
+                         (self.train_mask, self.val_mask, self.test_mask))
         if self.edge_weight is not None:
             if self.edge_weight.shape != self.indices.shape:
                 raise DataError(f"graph {self.name}: edge_weight has {self.edge_weight.shape[0]} entries "
@@ -164,6 +169,34 @@ class Graph:
             raise DataError(f"graph {self.name}: edge_type has {self.edge_type.shape[0]} entries for {self.num_edges} edges")
         if self.node_type is not None and self.node_type.shape != (n,):
             raise DataError(f"graph {self.name}: node_type has {self.node_type.shape[0]} entries for {n} nodes")
+        if self.original_ids is not None and np.shape(self.original_ids) != (n,):
+            raise DataError(f"graph {self.name}: {np.shape(self.original_ids)} original ids for {n} nodes")
+
+
+def check_labels(what: str, y: np.ndarray, num_classes: int, given: bool, masks) -> None:
+    """One class per node in [0, num_classes), or -1 for a node without a label, which no mask may hold.
+
+    A label beyond the classes fails training with an index error, and -1 in the train mask too; -1 in
+    val or test would count as a wrong answer. When the class count is not `given` but counted from the
+    labels, a stray label (99 among 0..6) would silently become class 99: labels that leave more than
+    half of the classes 0..max without a node are refused as such (a file may give num_classes)."""
+    if not y.size:
+        return
+    lo, hi = int(y.min()), int(y.max())
+    if lo < -1:
+        raise DataError(f"{what}: label {lo} at node {int(np.argmax(y == lo))} is negative (-1 marks a node "
+                        f"without a label)")
+    if num_classes and hi >= num_classes:
+        raise DataError(f"{what}: label {hi} at node {int(np.argmax(y == hi))} is out of range for {num_classes} "
+                        f"classes")
+    for name, m in zip(("train", "val", "test"), masks):
+        bad = np.asarray(m, bool) & (y < 0)
+        if bad.any():
+            raise DataError(f"{what}: node {int(np.argmax(bad))} is in the {name} mask but has no label (-1)")
+    used = np.unique(y[y >= 0]).shape[0]
+    if not given and 2 * used < num_classes:
+        raise DataError(f"{what}: label {hi} at node {int(np.argmax(y == hi))} makes {num_classes} classes, of "
+                        f"which only {used} have a node (an out-of-range label? a file may state num_classes)")
 
 
 def first_nonfinite_row(x: np.ndarray, block_rows: int = 1 << 16) -> int | None:

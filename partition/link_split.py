@@ -39,5 +39,6 @@ def split_links(graph: Graph, val: float, test: float, seed: int = 0) -> tuple[G
     train = Graph.from_edges(src[keep], dst[keep], n, graph.x, graph.y, graph.train_mask, graph.val_mask,
                              graph.test_mask, None if graph.edge_weight is None else graph.edge_weight[keep],
                              graph.name, graph.num_classes,
-                             edge_attr=None if graph.edge_attr is None else graph.edge_attr[keep])
+                             edge_attr=None if graph.edge_attr is None else graph.edge_attr[keep],
+                             original_ids=graph.original_ids)
     return train, out

@@ -135,11 +135,14 @@ def metis_parts(
 
 
 def mtkahypar_parts(graph: Graph, num_parts: int, seed: int = 0, balance: Sequence[str] = (), objective: str = "cut",
-                    edge_weight: np.ndarray | None = None, vweights: np.ndarray | None = None) -> np.ndarray:
-    """Mt-KaHyPar: edge cut, or (`objective="vol"`) halo rows exactly, as hypergraph connectivity."""
+                    edge_weight: np.ndarray | None = None, vweights: np.ndarray | None = None,
+                    deterministic: bool = True) -> np.ndarray:
+    """Mt-KaHyPar: edge cut, or (`objective="vol"`) halo rows exactly, as hypergraph connectivity; its
+    deterministic preset unless `deterministic=False` (faster, but its threads race)."""
     from partition.backends import mtkahypar_parts as run_mtkahypar
 
-    return balanced_run(graph, num_parts, lambda adj, nw: run_mtkahypar(graph, adj, num_parts, nw, seed, objective),
+    return balanced_run(graph, num_parts, lambda adj, nw: run_mtkahypar(graph, adj, num_parts, nw, seed, objective,
+                                                                        deterministic=deterministic),
                         balance, vweights, edge_weight)
 
 
@@ -201,7 +204,7 @@ def read_assignment(path: str, num_nodes: int, num_parts: int) -> np.ndarray:
     """A node -> part array saved by `gnn-dist assign` (or any tool), checked against the graph it will split."""
     try:
         parts = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:
         raise DataError(f"assignment {path} cannot be read: {str(e).splitlines()[0]}") from None
     if parts.ndim != 1 or not np.issubdtype(parts.dtype, np.integer):
         raise DataError(f"assignment {path}: expected a 1-D integer array, got {parts.dtype} {parts.shape}")

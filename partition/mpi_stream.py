@@ -21,6 +21,7 @@ import scipy.sparse as sp
 
 from partition.edgelist import read_chunks
 from partition.errors import DataError, GnnDistError, UsageError
+from partition.node_ids import DENSE_FLOOR
 from partition.streaming import check_non_empty, default_batch, stream_order, stream_rounds
 
 
@@ -125,10 +126,14 @@ def mpi_stream_parts(comm, files: list, num_parts: int, method: str = "fennel", 
     t0 = time.perf_counter()
     src, dst, top = agree(comm, lambda: _read_share(files, rank, size))
     n_seen = comm.allreduce(top, op=MPI.MAX)
+    entries = 2 * comm.allreduce(int(src.shape[0]))
 
     def check_range():
         if num_nodes is not None and n_seen > num_nodes:
             raise UsageError(f"node id {n_seen - 1} is out of range for --nodes {num_nodes}")
+        if num_nodes is None and n_seen > max(DENSE_FLOOR, 2 * entries):  # a part id per id up to the largest
+            raise DataError(f"node ids are sparse (up to {n_seen - 1} for at most {entries} distinct ids): assign "
+                            f"does not compact them; `gnn-dist partition --dataset edges:...` does, on one machine")
         if not 1 <= num_parts <= (num_nodes or n_seen):
             raise UsageError(f"--parts must be between 1 and the number of nodes ({num_nodes or n_seen}), "
                                  f"got {num_parts}")

@@ -28,6 +28,8 @@ TYPED_FEATURES_FILE = "typed_features.npz"  # x_<type id>: inner rows of that ty
 RELAGG_FILE = "relagg.npz"  # relation-aggregation-first plans, keyed by destination
 SNAPSHOT_FILE = "snapshots.npz"
 EXTRA_FILES = {TYPED_VERSION: (TYPED_FEATURES_FILE, RELAGG_FILE), SNAPSHOT_VERSION: (SNAPSHOT_FILE,)}
+ORIGINAL_IDS_FILE = "original_ids.npy"  # the input's id of every global id, where the loader compacted sparse ids
+LINK_FILE = "link_edges.npz"  # held-out edge pairs for link prediction (--link-split)
 
 
 def part_files(meta: dict) -> tuple[str, ...]:
@@ -92,13 +94,16 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
     names = part_files({"format_version": version})
     out = Path(out)
     check_out_dir(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as e:
+        raise unwritable(out, e) from None
     try:
         write_atomic(stage / "node_map.npy", lambda f: np.save(f, node_map.astype(np.int32)))
         checksums = {"node_map.npy": sha256_file(stage / "node_map.npy")}
-        for name, arrays in (root_files or {}).items():  # e.g. held-out link-prediction edges
-            write_atomic(stage / name, lambda f, a=arrays: np.savez(f, **a))
+        for name, arrays in (root_files or {}).items():  # held-out link-prediction edges, original node ids
+            write_atomic(stage / name, lambda f, a=arrays: np.save(f, a) if isinstance(a, np.ndarray) else np.savez(f, **a))
             checksums[name] = sha256_file(stage / name)
         rows = []
         for plan in plans:
@@ -124,10 +129,19 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(stage, out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(stage, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno is not None:  # a full disk, a quota, a read-only folder
+            raise unwritable(out, e) from None
         raise
     return meta
+
+
+def unwritable(out: Path, e: OSError) -> UsageError:
+    """One line for a partition that could not be written (the staging folder is gone by then)."""
+    where = f" ({e.filename})" if e.filename else ""
+    return UsageError(f"cannot write the partition {out}: {e.strerror or e}{where}; nothing was written"
+                      + (", and the existing one is unchanged" if out.exists() else ""))
 
 
 def read_meta(path: str | Path) -> dict:
@@ -183,6 +197,21 @@ def read_node_map(path: str | Path, meta: dict, verify: bool = True) -> np.ndarr
     if node_map.shape != (int(meta["num_nodes"]),):
         raise PartitionFormatError(f"{path}/node_map.npy has {node_map.shape[0]} entries for {meta['num_nodes']} nodes")
     return node_map
+
+
+def read_root_file(path: str | Path, name: str, meta: dict, verify: bool = True) -> np.ndarray | dict:
+    """A file beside the parts (`LINK_FILE`, `ORIGINAL_IDS_FILE`) after its checksum: a .npy memory-mapped,
+    a .npz as a dict of arrays."""
+    path = Path(path)
+    if verify:
+        verify_files(path, meta, [name])
+    try:
+        if name.endswith(".npy"):
+            return np.load(path / name, mmap_mode="r", allow_pickle=False)
+        with np.load(path / name, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise PartitionFormatError(f"{path}/{name} cannot be read: {str(e).splitlines()[0]}") from None
 
 
 def read_local_ids(path: str | Path, part: int, meta: dict, verify: bool = True) -> tuple[np.ndarray, int]:

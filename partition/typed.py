@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from partition.errors import DataError, UsageError
-from partition.graph import Graph, _check_ids
+from partition.graph import Graph, _check_ids, check_labels
 
 
 def parse_edge_type(s: str) -> tuple[str, str, str]:
@@ -46,6 +46,7 @@ class TypedGraph:
     def __post_init__(self) -> None:
         self.y = np.ascontiguousarray(self.y, dtype=np.int64)
         self.x = {t: np.ascontiguousarray(v, dtype=np.float32) for t, v in self.x.items()}
+        self.classes_given = bool(self.num_classes)
         if not self.num_classes and self.y.size:
             self.num_classes = int(self.y.max()) + 1
         self.validate()
@@ -86,6 +87,8 @@ class TypedGraph:
         for name in ("y", "train_mask", "val_mask", "test_mask"):
             if np.shape(getattr(self, name)) != (n,):
                 raise DataError(f"{self.name}: {name} has shape {np.shape(getattr(self, name))}, expected ({n},)")
+        check_labels(f"{self.name}: target type '{self.target}'", self.y, self.num_classes, self.classes_given,
+                     (self.train_mask, self.val_mask, self.test_mask))
 
     # ---------------------------------------------------------- type erasure
     @property

@@ -139,7 +139,8 @@ def write_typed_partition(out, hg: TypedGraph, num_parts: int, method: str = "me
 
     meta = {
         "graph": hg.name, "dataset": dataset or hg.name, "num_parts": num_parts, "method": method,
-        "objective": options.get("objective"), "balance": ["node_type"] + list(balance[1:]), "seed": seed,
+        "objective": options.get("objective"), "deterministic": options.get("deterministic", True),
+        "balance": ["node_type"] + list(balance[1:]), "seed": seed,
         "constraints": constraint_balance(g, parts, num_parts, balance, hg.node_types),
         "num_nodes": g.num_nodes, "num_edges": g.num_edges, "num_features": 0, "num_classes": hg.num_classes,
         "num_train": int(g.train_mask.sum()), "weighted": False, **hg.meta(),

@@ -5,8 +5,11 @@
 GB/s counts fp32 input bytes; encode must be fast enough not to eat the
 bandwidth it saves (goal: int8 encode >= 1 GB/s per core). Encoding and
 decoding are measured as the exchange does them (wire records into an
-existing buffer), with the torch expressions and with the fused numba
-kernels side by side.
+existing buffer), with the torch expressions and with the fused kernels
+side by side: numba on the CPU, Triton on CUDA (goal there: intB encode and
+decode >= 0.5x copy). On CUDA a second table times keyed input dropout
+(Triton, and torch's ops) against torch's F.dropout on the same tensor
+(goal: keyed <= 2x F.dropout).
 """
 from __future__ import annotations
 
@@ -18,21 +21,44 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gnn_dist.nn import dropout  # noqa: E402
 from gnn_dist.runtime import codec, kernels  # noqa: E402
 
 SYNC = [lambda: None]  # torch.cuda.synchronize on a GPU: time the kernels, not their launch
+BATCH = [1]  # calls per timed batch: 20 on a GPU, where one call takes well under a millisecond
 
 
-def rate(fn, nbytes: int, repeat: int = 5) -> float:
+def seconds(fn, repeat: int = 5) -> float:
+    """Best time of one call, over `repeat` batches of BATCH calls (after a warm-up call: compiles, allocations)."""
     fn()
     SYNC[0]()
     best = float("inf")
     for _ in range(repeat):
         t = time.perf_counter()
-        fn()
+        for _ in range(BATCH[0]):
+            fn()
         SYNC[0]()
-        best = min(best, time.perf_counter() - t)
-    return nbytes / best / 1e9
+        best = min(best, (time.perf_counter() - t) / BATCH[0])
+    return best
+
+
+def rate(fn, nbytes: int, repeat: int = 5) -> float:
+    return nbytes / seconds(fn, repeat) / 1e9
+
+
+def dropout_table(x: torch.Tensor) -> None:
+    """Keyed input dropout (Triton, and torch's ops) against F.dropout on the same tensor, p = 0.5."""
+    ids = torch.arange(x.shape[0], device=x.device)
+    base = seconds(lambda: torch.nn.functional.dropout(x, 0.5, True))
+    print("\n| dropout, p = 0.5 | ms | x F.dropout |\n|---|---|---|")
+    print(f"| torch F.dropout | {base * 1e3:.3f} | 1.00 |")
+    for label, backend in (("keyed, Triton kernel", "auto"), ("keyed, torch ops", "torch")):
+        if backend == "auto" and not kernels.triton_available():
+            continue
+        dropout.BACKEND = backend
+        t = seconds(lambda: dropout.keyed_dropout(x, ids, 0.5, key=12345))
+        print(f"| {label} | {t * 1e3:.3f} | {t / base:.2f} |")
+    dropout.BACKEND = "auto"
 
 
 def main() -> None:
@@ -45,7 +71,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
     if a.device == "cuda":
-        SYNC[0] = torch.cuda.synchronize
+        SYNC[0], BATCH[0] = torch.cuda.synchronize, 20
     x = torch.randn(a.rows, a.width, device=dev)
     n = x.numel() * 4
     copy = rate(lambda: x.clone(), n)
@@ -53,7 +79,8 @@ def main() -> None:
                                      ((x.max(1, keepdim=True)[0] - x.min(1, keepdim=True)[0]) / 255)
                                      + torch.rand_like(x)).to(torch.uint8), n)
     print(f"{a.rows} x {a.width} fp32 ({n / 1e6:.0f} MB), {a.device}, {a.threads} thread(s)")
-    backends = ["torch"] + (["fused"] if kernels.available() and a.device == "cpu" else [])
+    fused = kernels.available() if a.device == "cpu" else kernels.triton_available()
+    backends = ["torch"] + (["fused" if a.device == "cpu" else "triton"] if fused else [])
     print("| operation | " + " | ".join(f"{b} GB/s | x copy" for b in backends) + " | wire bytes |")
     print("|---|" + "---|---|" * len(backends) + "---|")
     print("| memory copy (fresh tensor) | " + " | ".join(f"{copy:.2f} | 1.00" for _ in backends) + f" | {n} |")
@@ -64,12 +91,16 @@ def main() -> None:
         res = torch.empty(a.rows, a.width, device=dev)
         enc, dec = [], []
         for b in backends:
-            codec.BACKEND = b
+            codec.BACKEND = "auto" if b == "triton" else b
             codec.encode_rows(x, name, out=buf)
             enc.append(rate(lambda: codec.encode_rows(x, name, out=buf), n))
             dec.append(rate(lambda: codec.decode_rows(buf, name, a.width, out=res), n))
         print(f"| encode {name} | " + " | ".join(f"{e:.2f} | {e / copy:.2f}" for e in enc) + f" | {wire} |")
         print(f"| decode {name} | " + " | ".join(f"{d:.2f} | {d / copy:.2f}" for d in dec) + " | |")
+    codec.BACKEND = "auto"
+    if a.device == "cuda":
+        dropout_table(x)
+
 
 if __name__ == "__main__":
     main()

@@ -22,6 +22,7 @@ the all-to-alls each makes.
     python scripts/bench_dynamic.py --part accuracy
     python scripts/bench_dynamic.py --part speed
     python scripts/bench_dynamic.py --part sequence
+    python scripts/bench_dynamic.py --part accuracy --device cuda    # any part, on the GPU
 """
 from __future__ import annotations
 
@@ -47,9 +48,10 @@ from partition.dynamic_parts import write_snapshot_partition  # noqa: E402
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 
 
-def launch(part: Path, ranks: int, log: Path, *args: str) -> list[dict]:
+def launch(part: Path, ranks: int, log: Path, *args: str, device: str = "cpu") -> list[dict]:
+    """`gnn-dist train` on P ranks: on the CPU (gloo), or on the GPUs (ranks sharing one stage through host memory)."""
     cmd = [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "gnn_dist", "train", "--partition", str(part),
-           "--quiet", "--log", str(log), *args]
+           "--quiet", "--log", str(log), *(["--backend", "gloo"] if device == "cpu" else []), *args]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if r.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
@@ -68,7 +70,7 @@ def accuracy(a: argparse.Namespace, tmp: Path) -> None:
             for seed in range(a.seeds):
                 torch.manual_seed(seed)
                 model = build_dynamic_model(kind, seq.num_features, a.hidden, 1)
-                ref = ReferenceRun(to_pyg_dynamic(model), seq, a.window, lr=a.lr)
+                ref = ReferenceRun(to_pyg_dynamic(model), seq, a.window, lr=a.lr, device=a.device)
                 for _ in range(a.epochs):
                     ref.train_epoch()
                 r = ref.evaluate()
@@ -77,7 +79,7 @@ def accuracy(a: argparse.Namespace, tmp: Path) -> None:
                 log = tmp / f"{name}-{kind}-{seed}.jsonl"
                 rec = launch(part, a.ranks, log, "--model", kind, "--hidden", str(a.hidden), "--epochs",
                              str(a.epochs), "--window", str(a.window), "--lr", str(a.lr), "--seed", str(seed),
-                             "--eval-every", "0")[-1]
+                             "--eval-every", "0", device=a.device)[-1]
                 dist_mse.append(rec["test_mse"])
             rm, dm = float(np.mean(ref_mse)), float(np.mean(dist_mse))
             print(f"| {name} | {kind} | {rm:.4f} | {dm:.4f} | {dm / rm:.3f} | {np.mean(last):.4f} |", flush=True)
@@ -102,7 +104,8 @@ def speed(a: argparse.Namespace, tmp: Path) -> None:
     for ranks, mode, fresh, extra in runs:  # fresh: re-derive every snapshot's plan every epoch (no cache)
         recs = launch(parts[ranks], ranks, tmp / f"speed-{ranks}-{mode}-{fresh}-{len(extra)}.jsonl", "--model",
                       a.model, "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--window", str(a.window),
-                      "--plans", mode, "--eval-every", "0", *(["--no-plan-cache"] if fresh else []), *extra)
+                      "--plans", mode, "--eval-every", "0", *(["--no-plan-cache"] if fresh else []), *extra,
+                      device=a.device)
         steady = recs[1:] or recs  # the first epoch pays start-up costs
         label = mode + (" no-overlap" if extra else "") + ("" if fresh else ", plans cached")
         rows.append((ranks, label, float(np.median([r["epoch_time"] for r in steady])),
@@ -132,7 +135,7 @@ def sequence(a: argparse.Namespace, tmp: Path) -> None:
     for kind in a.models.split(","):
         torch.manual_seed(0)
         ref = ReferenceRun(to_pyg_dynamic(build_dynamic_model(kind, seq.num_features, a.hidden, seq.num_classes)),
-                           seq, a.window, lr=a.lr)
+                           seq, a.window, lr=a.lr, device=a.device)
         ref_times = reference_epochs(ref, a.epochs)[1:]  # again after the gnn-dist runs: the best of both spells
         rows = []
         # P=1; then P ranks as before (one exchange per snapshot, gloo), with groups, with groups over MPI (the
@@ -141,7 +144,8 @@ def sequence(a: argparse.Namespace, tmp: Path) -> None:
                                         (a.ranks, 0, "auto")):
             recs = launch(tmp / f"seq-{ranks}", ranks, tmp / f"seq-{kind}-{ranks}-{group}-{transport}.jsonl", "--model",
                           kind, "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--window", str(a.window),
-                          "--lr", str(a.lr), "--snapshot-group", str(group), "--transport", transport)[1:]
+                          "--lr", str(a.lr), "--snapshot-group", str(group), "--transport", transport,
+                          device=a.device)[1:]
             best = min(recs, key=lambda r: r["epoch_time"] + r["eval_time"])
             label = f"gnn-dist P={ranks}, " + ("G=1" if group == 1 else "groups auto") + \
                 (f", {'mpi (auto)' if transport == 'auto' else transport}" if ranks > 1 else "")
@@ -158,12 +162,16 @@ def sequence(a: argparse.Namespace, tmp: Path) -> None:
 
 def reference_epochs(ref: ReferenceRun, epochs: int) -> list[tuple[float, float]]:
     """(train s, eval s) of each epoch of the PyG run."""
+    sync = torch.cuda.synchronize if ref.x.is_cuda else (lambda: None)
     times = []
     for _ in range(epochs):
+        sync()
         t0 = time.perf_counter()
         ref.train_epoch()
+        sync()
         t1 = time.perf_counter()
         ref.evaluate()
+        sync()
         times.append((t1 - t0, time.perf_counter() - t1))
     return times
 
@@ -183,6 +191,9 @@ def main() -> None:
     ap.add_argument("--small", default="dsbm:nodes=700,snapshots=740,avg_degree=2,features=4",
                     help="sequence part: a long sequence of small graphs")
     ap.add_argument("--models", default="gcrn,evolvegcn", help="sequence part")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: gnn-dist's ranks and the PyG reference on the GPU (ranks sharing one GPU stage through "
+                         "host memory)")
     a = ap.parse_args()
     a.epochs = a.epochs or {"accuracy": 30, "speed": 8, "sequence": 4}[a.part]
     if a.part == "sequence" and a.ranks == 4 and "--ranks" not in sys.argv:

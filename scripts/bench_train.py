@@ -39,11 +39,12 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
 
     from gnn_dist.graph.load import load_partition
     from gnn_dist.nn import build_model
+    from gnn_dist.runtime import staging
     from gnn_dist.runtime.launch import init
     from gnn_dist.train.node import Trainer
     from partition.store import read_meta
 
-    ctx = init(backend="nccl" if device == "cuda" else "gloo", expected_world=read_meta(part_dir)["num_parts"],
+    ctx = init(backend=None if device == "cuda" else "gloo", expected_world=read_meta(part_dir)["num_parts"],
                transport=transport)
     graph = load_partition(part_dir, ctx, verify=False)
     torch.manual_seed(0)
@@ -64,7 +65,9 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
     else:
         rss = [peak_rss_mb()]
     if ctx.is_main:
-        print("RESULT " + json.dumps({"epoch_s": dt, "rss_mb": rss, "threads": torch.get_num_threads()}))
+        placement = f"{ctx.device}, {ctx.backend}" + (" staged through host memory" if staging.active() else "")
+        print("RESULT " + json.dumps({"epoch_s": dt, "rss_mb": rss, "threads": torch.get_num_threads(),
+                                     "placement": placement}))
     ctx.close()
 
 

@@ -6,7 +6,7 @@ per-relation SAGE layers (`--model hsage`), several seeds each,
 and prints one table: halo rows the plans send per layer and direction (all
 ranks), bytes all ranks sent per training epoch (measured), and final test accuracy.
 
-    python scripts/bench_typed.py [--ranks 4] [--epochs 50] [--seeds 3]
+    python scripts/bench_typed.py [--ranks 4] [--epochs 50] [--seeds 3] [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: the ranks on the GPU (ranks sharing one GPU stage through host memory)")
     a = ap.parse_args()
     common = "venues=16,classes=4,homophily=0.6,signal=0.5,paper_signal=0.2,seed=0"
     for spec in a.dataset or [f"hsbm:papers=20000,authors=12000,{common}",
@@ -63,7 +65,8 @@ def bench(spec: str, a: argparse.Namespace) -> None:
                 log = Path(d) / f"{model}-{len(extra)}-{seed}.jsonl"
                 run([MPIEXEC, "-n", str(a.ranks), sys.executable, "-m", "gnn_dist", "train", "--partition", str(part),
                      "--model", model, "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--seed", str(seed),
-                     "--eval-every", "0", "--quiet", "--log", str(log), *extra])
+                     "--eval-every", "0", "--quiet", "--log", str(log), *extra,
+                     *(["--backend", "gloo"] if a.device == "cpu" else [])])
                 recs = [json.loads(x) for x in log.read_text().splitlines()]
                 accs.append(recs[-1]["test_acc"])
                 sent.append(np.mean([r["halo_bytes_all_ranks"] for r in recs]))

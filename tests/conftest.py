@@ -10,6 +10,44 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The fast subset (`-m "not slow"`) may launch mpiexec this many times; more, and the session fails, naming the
+# tests that launched (mark multi-rank launches slow: CONTRIBUTING.md).
+FAST_MPIEXEC_LIMIT = 5
+_MPIEXEC_LAUNCHES: dict[str, int] = {}  # test (or fixture) id -> mpiexec processes it started
+
+
+def pytest_configure(config) -> None:
+    """Count every mpiexec this session starts, by the test that was running (fixtures included)."""
+    real = subprocess.Popen.__init__
+
+    def counting(self, args, *rest, **kwargs):
+        first = args[0] if isinstance(args, (list, tuple)) else str(args).split()[0]
+        if Path(str(first)).name == "mpiexec":
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+            _MPIEXEC_LAUNCHES[test] = _MPIEXEC_LAUNCHES.get(test, 0) + 1
+        real(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = counting
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    markexpr = (session.config.option.markexpr or "").replace(" ", "")
+    if markexpr == "notslow" and sum(_MPIEXEC_LAUNCHES.values()) > FAST_MPIEXEC_LIMIT:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """mpiexec launches, by test; the fast subset's over its limit says so (and failed, pytest_sessionfinish)."""
+    launches = sum(_MPIEXEC_LAUNCHES.values())
+    if not launches:
+        return
+    markexpr = (terminalreporter.config.option.markexpr or "").replace(" ", "")
+    over = markexpr == "notslow" and launches > FAST_MPIEXEC_LIMIT
+    terminalreporter.write_line(f"mpiexec launches: {launches}" + (f", over the fast subset's {FAST_MPIEXEC_LIMIT}: "
+                                                                   f"mark multi-rank tests slow" if over else ""),
+                                red=over)
+    for test, n in sorted(_MPIEXEC_LAUNCHES.items()):
+        terminalreporter.write_line(f"  {n} {test}")
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -33,11 +71,27 @@ def small_sbm():
     return load_dataset("sbm:nodes=3000,classes=6,avg_degree=8,homophily=0.8,features=16,seed=3")
 
 
-def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """mpiexec -n WORLD python tests/SCRIPT ARGS with this checkout importable; fails the test on a non-zero exit."""
+@pytest.fixture(autouse=True, scope="module")
+def cpu_path(request):
+    """Every test module but tests/test_gpu.py means the CPU path: the processes its tests and its module
+    fixtures launch see no GPU, so a visible one changes nothing for them (the launcher would otherwise
+    pick NCCL or the host-staged GPU path). Module scope: set before the module's own fixtures launch.
+    In-process code picks no device on its own; tests/test_gpu.py chooses its devices itself."""
+    if request.node.path.name == "test_gpu.py":
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        yield
+
+
+def run_worker(world: int, script: str, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """mpiexec -n WORLD python tests/SCRIPT ARGS with this checkout importable (and `env`); fails the test on a
+    non-zero exit."""
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     r = subprocess.run([mpiexec, "-n", str(world), sys.executable, str(ROOT / "tests" / script), *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                       capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
     assert r.returncode == 0, r.stderr[-3000:]
     archive = os.environ.get("GNN_DIST_EXACT_ARCHIVE")  # scripts/exactness_digest.py compares two such archives
     if archive:
@@ -47,11 +101,20 @@ def run_worker(world: int, script: str, *args: str, timeout: float = 600) -> sub
     return r
 
 
-def run_mpi(world: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`mpiexec -n WORLD gnn-dist ARGS` from the checkout, which must succeed (its stderr tail on failure)."""
+def worker_on(folder: Path, dataset: str, world: int, script: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """Partition `dataset` into `world` parts (the CLI), then run tests/SCRIPT OUT PART at `world` ranks; (OUT, run)."""
+    part = cli_partition(folder, dataset, world)
+    out = folder / "out"
+    out.mkdir()
+    return out, run_worker(world, script, out, part)
+
+
+def run_mpi(world: int, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`mpiexec -n WORLD gnn-dist ARGS` from the checkout (with `env` added), which must succeed (its stderr
+    tail on failure)."""
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     r = subprocess.run([mpiexec, "-n", str(world), sys.executable, "-m", "gnn_dist", *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+                       capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=dict(os.environ, **(env or {})))
     assert r.returncode == 0, r.stderr[-2000:]
     return r
 

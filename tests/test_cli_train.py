@@ -1,6 +1,7 @@
 """`gnn-dist train`: one clear line and exit 2 for each bad launch or argument."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ def test_missing_partition(tmp_path):
     _one_line(run_cli("train", "--partition", str(tmp_path / "nope")), "does not exist")
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_corrupt_partition(karate2, tmp_path):
     d = tmp_path / "k"
     shutil.copytree(karate2, d)
@@ -50,6 +52,7 @@ def test_unknown_model(karate2):
               "unknown model 'transformer' (choose from static: gcn | sage | gat | gin;")
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
     """Every rank finds the empty train mask alike: one line each, exit 2, no abort at exit."""
     import numpy as np
@@ -83,6 +86,7 @@ def test_bad_hyper_parameters(karate2, flag, value, needle):
     _one_line(run_cli("train", "--partition", str(karate2), flag, *([value] if value else [])), needle)
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_trains_and_saves_a_model_that_loads_single_process(karate2, tmp_path):
     model_file = tmp_path / "m.pt"
     r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(karate2),
@@ -100,7 +104,9 @@ def test_trains_and_saves_a_model_that_loads_single_process(karate2, tmp_path):
 
     g = load_dataset("karate")
     model = build_model("sage", g.num_features, 16, g.num_classes)
-    model.load_state_dict(torch.load(model_file, weights_only=False)["model"])
+    saved = torch.load(model_file, weights_only=True)  # tensors and plain values only
+    assert saved["format"] == "gnn-dist-model" and saved["model"]["name"] == "sage"
+    model.load_state_dict(saved["state"])
     model.eval()
     acc = (model(torch.from_numpy(g.x), LocalGraph.from_graph(g)).argmax(1).numpy() == g.y)[g.train_mask].mean()
     assert acc == 1.0  # four train nodes, 30 epochs: memorised
@@ -123,7 +129,7 @@ def test_predict_equals_the_exported_pyg_model(karate2, tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
     g = load_dataset("karate")
     model = build_model("gcn", g.num_features, 8, g.num_classes)
-    model.load_state_dict(torch.load(model_file, weights_only=False)["model"])
+    model.load_state_dict(torch.load(model_file, weights_only=True)["state"])
     ref = to_pyg(model).eval()
     edge_index = torch.stack([torch.from_numpy(a) for a in g.edge_index()])
     with torch.no_grad():
@@ -133,13 +139,14 @@ def test_predict_equals_the_exported_pyg_model(karate2, tmp_path):
                       str(tmp_path / "x.npy")), "model file")
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_early_stop_keeps_the_best_weights_and_schedules_the_lr(karate2, tmp_path):
     import json
 
     log, ck = tmp_path / "log.jsonl", tmp_path / "ck"
     r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(karate2),
                         "--epochs", "300", "--quiet", "--early-stop", "5", "--lr-schedule", "step", "--lr-step", "2",
-                        "--lr-gamma", "0.5", "--log", str(log), "--checkpoint-dir", str(ck),
+                        "--lr-gamma", "0.5", "--log", str(log), "--checkpoint-dir", str(ck), "--checkpoint-every", "4",
                         "--plot", str(tmp_path / "curves.png")],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -147,18 +154,73 @@ def test_early_stop_keeps_the_best_weights_and_schedules_the_lr(karate2, tmp_pat
     assert len(records) < 300 and "early stop at epoch" in r.stderr and "weights of best epoch" in r.stdout
     assert records[3]["lr"] == 0.01 * 0.5 ** 2  # halved every 2 epochs
     assert (ck / "best.pt").is_file() and (tmp_path / "curves.png").stat().st_size > 10_000
+    import torch
+
+    for name, fmt in (("best.pt", "gnn-dist-best"), ("checkpoint.pt", "gnn-dist-checkpoint")):
+        saved = torch.load(ck / name, weights_only=True)  # tensors and plain values only
+        assert (saved["format"], saved["version"]) == (fmt, 2)
+    assert len(torch.load(ck / "checkpoint.pt", weights_only=True)["exchange"]) == 2  # each rank's exchange state
 
 
-def test_tensorboard_scalars_or_a_clear_line(tmp_path):
-    import importlib.util
+# Run before anything else by `python -m gnn_dist` when its folder leads PYTHONPATH: no tensorboard package, or a
+# fake one whose SummaryWriter writes (tag, value, step) as JSON lines to FOLDER/scalars.jsonl.
+HIDE_TENSORBOARD = "import sys\nsys.modules['tensorboard'] = None  # find_spec gives None, import fails\n"
+FAKE_TENSORBOARD = """import importlib.machinery, json, os, sys, types
+tb = types.ModuleType("tensorboard")
+tb.__spec__ = importlib.machinery.ModuleSpec("tensorboard", None)
+class SummaryWriter:
+    def __init__(self, folder):
+        os.makedirs(folder, exist_ok=True)
+        self.f = open(os.path.join(folder, "scalars.jsonl"), "a")
+    def add_scalar(self, tag, value, step):
+        self.f.write(json.dumps([tag, value, step]) + "\\n")
+    def flush(self):
+        self.f.flush()
+    def close(self):
+        self.f.close()
+writer = types.ModuleType("torch.utils.tensorboard")
+writer.SummaryWriter = SummaryWriter
+sys.modules.update({"tensorboard": tb, "torch.utils.tensorboard": writer})
+"""
 
-    part = cli_partition(tmp_path, "karate", 1)
-    r = run_cli("train", "--partition", str(part), "--epochs", "2", "--quiet", "--tensorboard", str(tmp_path / "tb"))
-    if importlib.util.find_spec("tensorboard") is None:
-        _one_line(r, "--tensorboard needs the tensorboard package")
-    else:
-        assert r.returncode == 0, r.stderr
-        assert any(f.name.startswith("events.out.tfevents") for f in (tmp_path / "tb").iterdir())
+
+@pytest.fixture(scope="module")
+def karate1(tmp_path_factory):
+    return cli_partition(tmp_path_factory.mktemp("train1"), "karate", 1)
+
+
+def _train_with_site(tmp_path, part, site: str | None, *args: str):
+    """`gnn-dist train` at P=1 with --tensorboard, after `site` ran as sitecustomize (None: as installed)."""
+    env = {}
+    if site is not None:
+        (tmp_path / "site").mkdir()
+        (tmp_path / "site" / "sitecustomize.py").write_text(site)
+        env["PYTHONPATH"] = str(tmp_path / "site")
+    return run_cli("train", "--partition", str(part), "--quiet", "--tensorboard", str(tmp_path / "tb"), *args, env=env)
+
+
+def test_tensorboard_missing_is_one_line(karate1, tmp_path):
+    r = _train_with_site(tmp_path, karate1, HIDE_TENSORBOARD, "--epochs", "2")
+    _one_line(r, "--tensorboard needs the tensorboard package")
+    assert not (tmp_path / "tb").exists()
+
+
+def test_tensorboard_gets_every_epochs_numbers(karate1, tmp_path):
+    """Through a fake SummaryWriter: each epoch's loss (as --log records it), its step, and no non-numbers."""
+    log = tmp_path / "log.jsonl"
+    r = _train_with_site(tmp_path, karate1, FAKE_TENSORBOARD, "--epochs", "3", "--log", str(log))
+    assert r.returncode == 0, r.stderr
+    scalars = [json.loads(line) for line in (tmp_path / "tb" / "scalars.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(v, s) for t, v, s in scalars if t == "loss"] == [(rec["loss"], rec["epoch"]) for rec in records]
+    assert {t for t, _, _ in scalars} >= {"loss", "val_acc", "epoch_time", "lr"} and "halo" not in {t for t, _, _ in scalars}
+
+
+def test_tensorboard_event_files_when_installed(karate1, tmp_path):
+    pytest.importorskip("tensorboard")
+    r = _train_with_site(tmp_path, karate1, None, "--epochs", "2")
+    assert r.returncode == 0, r.stderr
+    assert any(f.name.startswith("events.out.tfevents") for f in (tmp_path / "tb").iterdir())
 
 
 @pytest.mark.slow

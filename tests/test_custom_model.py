@@ -70,7 +70,8 @@ def test_console_script_trains_a_module_model_and_predict_equals_pyg(cora2, tmp_
     assert r.returncode == 0, r.stderr[-2000:]
     acc = float(r.stdout.split("test acc")[1].split()[0])
     assert 0.5 < acc <= 1.0, r.stdout  # Cora, 7 classes: chance is ~0.15
-    r = console("predict", "--partition", str(cora2), "--model-file", str(model_file), "--out", str(preds))
+    r = console("predict", "--partition", str(cora2), "--model-file", str(model_file), "--out", str(preds),
+                "--model", "examples.custom_layer:build")  # a user's model runs only when named again
     assert r.returncode == 0, r.stderr[-2000:]
 
     from examples.custom_layer import build
@@ -79,7 +80,7 @@ def test_console_script_trains_a_module_model_and_predict_equals_pyg(cora2, tmp_
 
     g = load_dataset("cora")
     model = build(g.num_features, g.num_classes, ModelConfig())
-    model.load_state_dict(torch.load(model_file, weights_only=False)["model"])
+    model.load_state_dict(torch.load(model_file, weights_only=True)["state"])
     ei = torch.stack([torch.from_numpy(a) for a in g.edge_index()]).long()
     with torch.no_grad():
         expected = pyg_twin(model)(torch.from_numpy(g.x), ei).numpy()

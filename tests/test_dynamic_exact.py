@@ -32,13 +32,13 @@ def sequences():
             "dsbm": load_dataset("dsbm:nodes=300,communities=3,snapshots=8,avg_degree=6,drift=0.2,features=6,seed=2")}
 
 
-def reference(seq: Snapshots, kind: str):
-    """PyG twin in float64: initial predictions, first-window gradients, per-epoch TBPTT losses."""
+def reference(seq: Snapshots, kind: str, device="cpu"):
+    """PyG twin in float64 (on `device`): initial predictions, first-window gradients, per-epoch TBPTT losses."""
     torch.manual_seed(0)
     out = 1 if seq.task == "regression" else seq.num_classes
     model = to_pyg_dynamic(build_dynamic_model(kind, seq.num_features, HIDDEN, out,
                                                  layers=2 if kind == "evolvegcn" else 1))
-    ref = ReferenceRun(model, seq, WINDOW, lr=0.01, dtype=torch.float64)
+    ref = ReferenceRun(model, seq, WINDOW, lr=0.01, dtype=torch.float64, device=device)
     with torch.no_grad():
         preds = torch.stack(ref.run(seq.num_snapshots))
     outs = ref.run(WINDOW)

@@ -33,7 +33,7 @@ def test_bad_chunks(tmp_path):
     with pytest.raises(DataError, match="negative node id -3"):
         load_dataset(f"edges:{tmp_path / 'x.csv'}")
     (tmp_path / "y.csv").write_text("0,1\n2,oops\n")
-    with pytest.raises(DataError, match="cannot be read"):
+    with pytest.raises(DataError, match="not an integer"):
         load_dataset(f"edges:{tmp_path / 'y.csv'}")
     with pytest.raises(DataError, match="no files found"):
         load_dataset(f"edges:{tmp_path / 'nothing*.csv'}")

@@ -121,12 +121,13 @@ def test_embedding_checkpoint_resumes_and_predicts_on_another_rank_count(feature
     p2, p4 = (_partition(f"file:{featureless}", w, tmp_path / f"p{w}") for w in (2, 4))
     ck, model = tmp_path / "ck", tmp_path / "m.pt"
     _train(2, p2, tmp_path / "a.jsonl", "--epochs", "3", "--checkpoint-dir", str(ck), "--checkpoint-every", "3")
-    _train(4, p4, tmp_path / "b.jsonl", "--epochs", str(EPOCHS), "--checkpoint-dir", str(ck), "--resume",
-           "--save-model", str(model))
+    r = _train(4, p4, tmp_path / "b.jsonl", "--epochs", str(EPOCHS), "--checkpoint-dir", str(ck), "--resume",
+               "--save-model", str(model))
+    assert "resumed on 4 ranks from a checkpoint of 2: model and optimiser restored exactly" in r.stderr
     losses, logits = reference(g)
     np.testing.assert_allclose(_losses(tmp_path / "a.jsonl") + _losses(tmp_path / "b.jsonl"), losses, rtol=1e-5,
                                atol=1e-6)
-    state = torch.load(model, weights_only=False)["model"]
+    state = torch.load(model, weights_only=True)["state"]
     assert state["embeddings.nodes.weight"].shape == (g.num_nodes, DIM)  # whole, in global id order
     r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "predict", "--partition", str(p2),
                         "--model-file", str(model), "--out", str(tmp_path / "o.npy")],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import cli_partition, run_worker
+from tests.conftest import worker_on
 from tests.eval_worker import EPOCHS, POLICIES
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
@@ -18,11 +18,8 @@ pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` ski
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("evalexact")
-    part = cli_partition(folder, "cora", 2)
-    out = folder / "res"
-    out.mkdir()
-    return out, run_worker(2, "eval_worker.py", out, part).stderr
+    out, r = worker_on(tmp_path_factory.mktemp("evalexact"), "cora", 2, "eval_worker.py")
+    return out, r.stderr
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))

@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 from gnn_dist.runtime import codec
 from gnn_dist.runtime.adaptive import solve_bits, variance
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, fetch_halo
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +103,26 @@ def test_stale_blocks_are_smoothed_by_default(group):
     for e in (1, 2, 3):
         want = m * want + (1 - m) * xs[e - 1][::2]
         assert torch.allclose(got[e], want)
+
+
+@pytest.mark.parametrize("staleness,momentum", [(1, 0.95), (2, 0.95), (2, 0.0)])
+def test_a_stale_block_given_to_autograd_is_never_written_again(group, staleness, momentum):
+    """A layer with its own `message` reads the halo through HaloWait, so the block it gets is an autograd
+    output: the next steps' smoothing must not write it (it did: 'Output 0 of HaloWait is a view and is
+    being modified inplace' at the second step). Warm-up hands out the oldest block queued."""
+    ex = make(ExchangeConfig(staleness=staleness, momentum=momentum))
+    handed, kept = [], []
+    for e in range(5):
+        x = torch.full((50, 3), float(2**e), requires_grad=True)
+        halo = fetch_halo(x, ex, ex.channel("layer", training=True))
+        (halo * 2).sum().backward()
+        assert torch.equal(x.grad[::2], torch.full((25, 3), 2.0))
+        handed.append(halo)
+        kept.append(halo.detach().clone())
+    for h, k in zip(handed, kept):
+        assert torch.equal(h.detach(), k)
+    if not momentum:  # the block started S epochs ago, or the oldest one while none is that old
+        assert [float(k[0, 0]) for k in kept] == [2.0 ** max(0, e - staleness) for e in range(5)]
 
 
 def test_skip_threshold_resends_only_rows_that_moved(group):

@@ -36,6 +36,7 @@ def _cut(adj, parts) -> float:
     return float(adj.data[parts[rows] != parts[adj.indices]].sum() / adj.data.sum())
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_one_rank_is_the_single_process_streamer(chunks, tmp_path):
     r = _assign(1, chunks, tmp_path / "a.npy", "--parts", "4", "--passes", "2", "--seed", "5")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -64,6 +65,7 @@ def test_three_ranks_cut_as_well_and_build_a_partition(chunks, small_sbm, tmp_pa
     assert meta["method"] == "assignment" and [p["inner"] for p in meta["parts"]] == counts.tolist()
 
 
+@pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_a_bad_chunk_fails_every_rank_with_one_line(chunks, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()

@@ -23,16 +23,16 @@ def hg():
     return load_dataset(SPEC)
 
 
-def reference(hg, kind):
+def reference(hg, kind, device="cpu"):
     edge_types = [":".join(e) for e in hg.edge_types]
     torch.manual_seed(0)
     model = TypedGNN(kind, [hg.x[t].shape[1] for t in hg.node_types], 8, hg.num_classes, edge_types, num_bases=2)
-    ref = PyGTypedGNN(model, edge_types).double()
+    ref = PyGTypedGNN(model, edge_types).double().to(device)
     off = hg.offsets[hg.target]
     out = ref(hg)
-    tm = torch.from_numpy(hg.train_mask)
+    tm = torch.from_numpy(hg.train_mask).to(device)
     logits_t = out[off: off + hg.num_nodes[hg.target]]
-    loss = F.cross_entropy(logits_t[tm], torch.from_numpy(hg.y)[tm], reduction="sum") / int(tm.sum())
+    loss = F.cross_entropy(logits_t[tm], torch.from_numpy(hg.y).to(device)[tm], reduction="sum") / int(tm.sum())
     loss.backward()
     return out.detach(), [p.grad.clone() for p in ref.parameters()]
 

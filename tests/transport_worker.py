@@ -6,7 +6,6 @@ their transport: small ones MPI, any rank's large one gloo everywhere), else the
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -41,7 +40,7 @@ def main() -> None:
     out_dir = Path(sys.argv[1])
     ctx = init()
     p, r = ctx.world_size, ctx.rank
-    fits = ctx.local_size <= (os.cpu_count() or 1)  # the launcher's rule: MPI unless ranks outnumber cores
+    fits = ctx.local_size <= transport.host_cores()  # the launcher's rule: MPI unless ranks outnumber cores
     msg = "ok" if transport.over_mpi(ctx.halo_group) == fits else f"MPI registered {not fits} with {ctx.local_size} ranks"
     if not fits:  # still compare the two paths
         transport.use_mpi(ctx.halo_group)

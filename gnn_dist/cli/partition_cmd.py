@@ -51,6 +51,13 @@ def add_parser(sub) -> None:
                    help="hold out these fractions of edges (pairs) for link prediction, with as many negatives; "
                         "they are removed from the partitioned graph and kept in link_edges.npz")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--ignore-memory-check", action="store_true",
+                   help="start even when the estimated peak memory exceeds what is available (MemAvailable, or "
+                        "the cgroup's limit); without it such work is refused in one line")
+    p.add_argument("--fast-nondeterministic", action="store_true",
+                   help="mtkahypar: its faster default preset, whose threads race, so the same command and --seed "
+                        "may give a different partition each run (default: the deterministic preset, same "
+                        "partition bit for bit on any thread count)")
     p.set_defaults(run=run)
 
 
@@ -66,7 +73,11 @@ def graph_bytes(graph) -> int:
 
 def method_options(args: argparse.Namespace) -> dict:
     """What --method takes besides the seed: METIS's and Mt-KaHyPar's objective, KaHIP's mode."""
-    if args.method in ("metis", "mtkahypar"):
+    if args.method == "mtkahypar":
+        return {"objective": args.objective, "deterministic": not args.fast_nondeterministic}
+    if args.fast_nondeterministic:
+        raise UsageError(f"--fast-nondeterministic applies to --method mtkahypar; {args.method} is deterministic")
+    if args.method == "metis":
         return {"objective": args.objective}
     if args.objective != "cut":
         raise UsageError(f"--objective {args.objective} applies to --method metis and mtkahypar")
@@ -80,6 +91,22 @@ def working_set_bytes(graph, method: str) -> int:
     e = graph.num_edges
     work = 4 * 16 * e if method in ("metis", "mtkahypar", "kahip", "ldg", "fennel") else 8 * graph.num_nodes
     return work + graph_bytes(graph) // 2
+
+
+def check_memory(work: int, args: argparse.Namespace) -> None:
+    """Refuse, in one line, work whose estimated working set does not fit in the memory available."""
+    from partition.memory import available_bytes
+
+    room, source = available_bytes()
+    if room is None or work <= room:
+        return
+    if args.ignore_memory_check:
+        log(f"warning: the {args.method} working set {work / 2**30:.2f} GiB exceeds the {room / 2**30:.2f} GiB "
+            f"available ({source}); going on (--ignore-memory-check)")
+        return
+    cheaper = "; --method fennel or ldg needs less" if args.method in ("metis", "mtkahypar", "kahip") else ""
+    raise UsageError(f"the {args.method} working set, estimated at {work / 2**30:.2f} GiB, exceeds the "
+                     f"{room / 2**30:.2f} GiB available ({source}){cheaper}; --ignore-memory-check starts anyway")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     for key in balance:  # before loading: a typo should not cost the load
         if key not in BALANCE_KEYS:
             raise UsageError(f"unknown balance key '{key}' (choose from {', '.join(BALANCE_KEYS)})")
+    method_options(args)  # a flag the method does not take fails before the load too
     t0 = time.perf_counter()
     log(f"loading {args.dataset}")
     graph = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)
@@ -118,28 +146,46 @@ def run(args: argparse.Namespace) -> int:
     now, work = resident_bytes(), working_set_bytes(graph, args.method)
     log(f"estimated peak memory {(now + work) / 2**30:.2f} GiB ({now / 2**30:.2f} GiB resident with the graph "
         f"loaded, plus the {args.method} working set {work / 2**30:.2f} GiB)")
+    check_memory(work, args)
     t1 = time.perf_counter()
     parts, kwargs = assign(args, graph, balance)
     t_assign = time.perf_counter() - t1
-    meta = {
-        "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,
-        "objective": kwargs.get("objective"), "balance": list(balance),
-        "seed": args.seed, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-        "num_features": graph.num_features, "num_classes": graph.num_classes, "metric": graph.metric,
-        "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
-        "node_types": None, "edge_types": None, "link_split": args.link_split,
-        "constraints": constraint_balance(graph, parts, args.parts, balance),
-    }
+    meta = static_meta(args, graph, parts, kwargs, balance)
     bar = tqdm(total=args.parts, desc="writing parts", unit="part", file=sys.stderr, disable=None)
     written = write_partition(out, meta, parts, build_parts(graph, parts, args.parts), force=args.force,
                               on_part=lambda _: bar.update(),
                               summarize=lambda rows: {"stats": partition_stats(graph, parts, rows)},
-                              root_files={"link_edges.npz": links} if links else None)
+                              root_files=root_files(graph, links))
     bar.close()
     print(format_stats(written["stats"], written["parts"]))
     report_constraints(meta["constraints"], balance)
     log(f"wrote {out} (assign {t_assign:.1f}s, total {time.perf_counter() - t0:.1f}s)")
     return 0
+
+
+def static_meta(args: argparse.Namespace, graph, parts, kwargs: dict, balance: tuple) -> dict:
+    """partition.json's fields for a static graph (write_partition adds the per-part rows and checksums)."""
+    return {
+        "graph": graph.name, "dataset": args.dataset, "num_parts": args.parts, "method": args.method,
+        "objective": kwargs.get("objective"), "deterministic": kwargs.get("deterministic", True),
+        "balance": list(balance),
+        "seed": args.seed, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+        "num_features": graph.num_features, "num_classes": graph.num_classes, "metric": graph.metric,
+        "num_train": int(graph.train_mask.sum()), "weighted": graph.edge_weight is not None,
+        "node_types": None, "edge_types": None, "link_split": args.link_split,
+        "relabelled": graph.original_ids is not None,
+        "constraints": constraint_balance(graph, parts, args.parts, balance),
+    }
+
+
+def root_files(graph, links: dict | None) -> dict:
+    """Files beside the parts: held-out link pairs, and the input's ids where the loader compacted them."""
+    from partition.store import LINK_FILE, ORIGINAL_IDS_FILE
+
+    files = {LINK_FILE: links} if links else {}
+    if graph.original_ids is not None:
+        files[ORIGINAL_IDS_FILE] = graph.original_ids
+    return files
 
 
 def hold_out_links(args: argparse.Namespace, graph):

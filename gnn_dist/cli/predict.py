@@ -17,13 +17,16 @@ def add_parser(sub) -> None:
                                    "messages, and write one row per node in global id order (.npy, rank 0).")
     p.add_argument("--partition", required=True)
     p.add_argument("--model-file", required=True, help="file written by train --save-model")
+    p.add_argument("--model", default=None, metavar="SPEC",
+                   help="the model the file was saved with; required for your own MODULE:FUNCTION or "
+                        "FILE.py:FUNCTION (gnn-dist imports no code that a file names)")
     p.add_argument("--out", required=True, help="output .npy (written atomically)")
     p.add_argument("--output", default="logits", choices=OUTPUTS,
                    help="logits (default), probs (softmax), labels (argmax) or embeddings (input of the last layer)")
     p.add_argument("--all-types", action="store_true",
                    help="typed graphs: write every node type's rows (type-erased global ids: types in partition.json "
                         "order, each type's ids after the previous types'); default: the target type's rows only")
-    p.add_argument("--backend", default=None, choices=["gloo", "nccl"])
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl", "staged"], help="as for train")
     p.add_argument("--timeout", type=float, default=120.0)
     p.set_defaults(run=run)
 
@@ -38,19 +41,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--all-types applies to typed graphs; {args.partition} holds a static graph")
     if not Path(args.model_file).is_file():
         raise UsageError(f"model file {args.model_file} does not exist")
+    from partition.book import PartitionBook
+
+    original = PartitionBook(args.partition, meta).original_ids  # edges: compacted ids; checked on every rank, first
 
     import torch
 
-    from gnn_dist.cli.train import build_user_or_builtin, check_model, load_graph
+    from gnn_dist.cli import model_file
+    from gnn_dist.cli.train import build_user_or_builtin, load_graph
     from gnn_dist.nn import registry
     from gnn_dist.runtime.launch import init
-    from gnn_dist.train.checkpoint import load, load_model_state
+    from gnn_dist.train.checkpoint import load_model_state
 
-    saved = load(args.model_file)
-    if not isinstance(saved, dict) or "model" not in saved or "args" not in saved:
-        raise UsageError(f"{args.model_file} is not a model saved by gnn-dist train --save-model")
-    t = argparse.Namespace(**saved["args"])
-    check_model(t.model)  # a user's model must still be importable from here
+    t, weights = model_file.read(args.model_file, args.model)  # data only; a user's model named again, or refused
     ctx = init(backend=args.backend, timeout_s=args.timeout, expected_world=meta["num_parts"])
     t.partition = args.partition
     graph = load_graph(t, ctx, meta)
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "embeddings" and not registry.accepts_embed(model):
         raise UsageError(f"--output embeddings needs a model whose forward takes embed=True; {t.model}'s does not")
     try:
-        load_model_state(model, saved["model"])
+        load_model_state(model, weights)
     except RuntimeError as e:
         raise UsageError(f"{args.model_file} does not fit this partition: {str(e).splitlines()[0]}") from None
     model.to(ctx.device).eval()  # eval mode under no_grad: exact messages
@@ -76,13 +79,15 @@ def run(args: argparse.Namespace) -> int:
         mine = graph.types.node_type[: graph.num_inner] == t
         gids, rows = gids[mine] - sum(meta["node_counts"][:t]), rows[mine]
         num_nodes, what = meta["node_counts"][t], f"{args.output} of node type '{meta['target_type']}'"
-    write_in_global_order(ctx, gids, rows, num_nodes, Path(args.out), what)
+    write_in_global_order(ctx, gids, rows, num_nodes, Path(args.out), what, original)
     ctx.close()
     return 0
 
 
-def write_in_global_order(ctx, gids, values, num_nodes: int, target: Path, what: str) -> None:
-    """Rank 0 gathers every rank's rows and writes them by global id, atomically (temporary file, rename)."""
+def write_in_global_order(ctx, gids, values, num_nodes: int, target: Path, what: str, original_ids=None) -> None:
+    """Rank 0 gathers every rank's rows and writes them by global id, atomically (temporary file, rename).
+    Where the partition compacted sparse input ids, `original_ids` (row i's id in the input) goes beside
+    the output as OUT.ids.npy (preds.npy -> preds.ids.npy), so the output itself keeps one layout."""
     import numpy as np
     import torch.distributed as dist
 
@@ -98,8 +103,19 @@ def write_in_global_order(ctx, gids, values, num_nodes: int, target: Path, what:
     for ids, rows in gathered:
         result[ids] = rows
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.npy")
-    np.save(tmp, result)
-    os.replace(tmp, target)
-    print(f"wrote {target}: {what}, shape {tuple(result.shape)}, global id order")
+    ids_line = ""
+    if original_ids is not None:
+        ids_target = target.with_name(target.name.removesuffix(".npy") + ".ids.npy")
+        save_atomic(ids_target, np.asarray(original_ids, np.int64))
+        ids_line = f"; each row's input id in {ids_target}"
+    save_atomic(target, result)
+    print(f"wrote {target}: {what}, shape {tuple(result.shape)}, global id order{ids_line}")
     sys.stdout.flush()
+
+
+def save_atomic(target: Path, array) -> None:
+    import numpy as np
+
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.npy")
+    np.save(tmp, array)
+    os.replace(tmp, target)

@@ -50,7 +50,10 @@ def add_parser(sub) -> None:
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
     add_loop_flags(p)
     add_dynamic_flags(p)
-    p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl", "staged"],
+                   help="default: nccl where each rank has a GPU of its own, staged where ranks share GPUs, gloo "
+                        "without CUDA; gloo trains on the CPU; staged: GPUs with every collective through pinned "
+                        "host memory (nodes without GPUDirect)")
     p.add_argument("--transport", default="auto", choices=["auto", "gloo"],
                    help="CPU halo all-to-alls: auto (under mpiexec with no more ranks than cores per host, plans "
                         "of at most 16384 rows per all-to-all go over MPI, 75x less latency than gloo on one host; "
@@ -125,6 +128,7 @@ def check_model(spec: str) -> None:
 
 def check_args(a: argparse.Namespace) -> None:
     from gnn_dist.nn.registry import graph_kind
+    from gnn_dist.train.dynamic import RESUME_WITH_POLICY
 
     check_model(a.model)
     dynamic = graph_kind(a.model) == "dynamic"
@@ -142,6 +146,8 @@ def check_args(a: argparse.Namespace) -> None:
          "--early-stop and --keep-best need a validation metric; dynamic graphs score train and test periods only"),
         (not a.relagg or (a.model == "rgcn" and a.codec == "fp32" and not a.staleness and not a.skip_threshold),
          "--relagg applies to --model rgcn with exact fp32 messages"),
+        (not (dynamic and a.resume) or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
+         RESUME_WITH_POLICY),
         (not dynamic or not a.no_plan_cache or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
          "adaptive bit-widths, staleness and skipping keep state per snapshot group across epochs, so they need "
          "the plan cache (drop --no-plan-cache)"),
@@ -367,12 +373,12 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
     except (Exception, SystemExit) as e:
         ctx.leave_on(e)
     if args.save_model:  # every rank: learnable node rows are gathered to rank 0
-        from gnn_dist.train.checkpoint import model_state, save_atomic
+        from gnn_dist.cli import model_file
+        from gnn_dist.train.checkpoint import model_state
 
         state = model_state(model, ctx)
         if ctx.is_main:
-            save_atomic({"model": {k: v.cpu() for k, v in state.items()}, "args": vars(args) | {"run": None}},
-                        args.save_model)
+            model_file.write(args.save_model, args, state)
     if ctx.is_main:
         if args.plot and history:
             from gnn_dist.cli.plots import plot_run

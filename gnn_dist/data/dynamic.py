@@ -58,8 +58,35 @@ def _standardise(series: np.ndarray, eps: float = 0.0) -> np.ndarray:
     return (series - series.mean(axis=0)) / (series.std(axis=0) + eps)
 
 
+def _check_periods(d: dict, path: Path) -> None:
+    """`time_periods`, where a layout states it, must match every per-period list and the periods stored:
+    reading fewer would drop data silently, and reading more fails deep in a loader."""
+    if "time_periods" not in d:
+        return
+    try:
+        stated = int(d["time_periods"])
+    except (TypeError, ValueError):
+        raise DataError(f"dynamic graph file {path}: time_periods is {d['time_periods']!r}, not a count") from None
+    held = {f"'{k}'": len(d[k]) for k in ("FX", "X", "y", "block") if isinstance(d.get(k), list)}
+    if isinstance(d.get("edge_mapping"), dict):
+        held.update({f"'edge_mapping.{k}'": len(v) for k, v in d["edge_mapping"].items() if isinstance(v, dict)})
+    periods = sum(k.isdigit() for k in d)
+    if periods:
+        held["the file"] = periods
+    for what, count in held.items():
+        if count != stated:
+            raise DataError(f"dynamic graph file {path}: time_periods is {stated} but {what} holds {count} periods")
+
+
+def _check_weights(edges: list, weights: list, where: str) -> None:
+    if len(weights) != len(edges):
+        raise DataError(f"{where}: 'weights' has {len(weights)} entries for {len(edges)} edges")
+
+
 def _static(d: dict, series: np.ndarray, lags: int, name: str, weighted: bool = True) -> Snapshots:
     """One edge list for every snapshot, x_t = lags of the series, y_t = its next value."""
+    if weighted:
+        _check_weights(d["edges"], d["weights"], f"dynamic graph {name}")
     x, y = _lagged(series, lags, name)
     weights = [d["weights"]] * len(x) if weighted else None
     return Snapshots.from_lists([d["edges"]] * len(x), weights, x, y, series.shape[1], name=name)
@@ -88,6 +115,8 @@ def _tennis(d: dict, name: str) -> Snapshots:
     """Per-period edges, weights, X and y; the target is log(1 + y) of the next period (the last repeats)."""
     t_max = int(d["time_periods"])
     periods = [d[str(t)] for t in range(t_max)]
+    for t, p in enumerate(periods):
+        _check_weights(p["edges"], p["weights"], f"dynamic graph {name}, period {t}")
     x = [_encode_tennis(np.asarray(p["X"], np.float64)) for p in periods]
     y = [np.log1p(np.asarray(periods[min(t + 1, t_max - 1)]["y"], np.float64)) for t in range(t_max)]
     return Snapshots.from_lists([p["edges"] for p in periods], [p["weights"] for p in periods], x, y, x[0].shape[0],
@@ -99,7 +128,10 @@ def from_json(path: str | Path, lags: int | None = None, name: str | None = None
     path = Path(path)
     d = _read_json(path)
     name = name or path.stem
+    if not isinstance(d, dict):
+        raise DataError(f"dynamic graph file {path} holds a JSON {type(d).__name__}, not an object of named fields")
     try:
+        _check_periods(d, path)
         if "FX" in d:  # Chickenpox: static unweighted edges, raw counts
             return _static(d, _series(d["FX"], name) if d["FX"] else np.zeros((0, 0)), lags or 4, name, False)
         if "edge_mapping" in d:  # England Covid: edges per day, standardised targets

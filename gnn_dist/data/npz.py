@@ -1,7 +1,7 @@
 """Graphs in `.npz` files, `file:PATH[?options]`: the project's own layout and the gnn-benchmark layout.
 
 The project's layout: `edge_index` (2, E) or `src`/`dst`, `x`, `y`; optional `train_mask`/`val_mask`/
-`test_mask`, `edge_weight`, `edge_attr` (E, D), `num_nodes`.
+`test_mask`, `edge_weight`, `edge_attr` (E, D), `num_nodes`, `num_classes` (else the largest label + 1).
 
 The gnn-benchmark layout of Shchur et al. (what PyG's Amazon, Coauthor and CitationFull ship): scipy
 CSR pieces `adj_data/adj_indices/adj_indptr/adj_shape` and `attr_*` (or dense `adj_matrix`,
@@ -36,6 +36,8 @@ def load_npz(rest: str, seed: int = 0, spec: str | None = None) -> Graph:
     try:
         z = np.load(f, allow_pickle=False)
         files = set(z.files)
+    except EOFError:
+        raise DataError(f"graph file {f} is empty") from None
     except (OSError, ValueError) as e:
         raise DataError(f"graph file {f} cannot be read: {str(e).splitlines()[0]}") from None
     try:
@@ -52,7 +54,8 @@ def load_npz(rest: str, seed: int = 0, spec: str | None = None) -> Graph:
         n = keep.shape[0]
     masks = masks_or_split(masks, y, f.name, options.get("split"), number(options, "seed", spec, int, seed),
                            number(options, "val", spec, int, 30), spec)
-    return Graph.from_edges(src, dst, n, x, y, *masks, name=f.stem, **extra)
+    classes = int(z["num_classes"]) if "num_classes" in files else 0  # else counted from the labels
+    return Graph.from_edges(src, dst, n, x, y, *masks, name=f.stem, num_classes=classes, **extra)
 
 
 def _own(z, f: Path):

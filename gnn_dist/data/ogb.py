@@ -130,13 +130,18 @@ def _read_csv_set(raw: Path, name: str, key: str):
 
 
 def _read_binary_set(raw: Path, name: str, key: str):
-    data = _need(raw / "data.npz", name)
-    n, width = _npz_shape(data, "node_feat")
-    x = _feature_map(key, n, width, _npz_blocks(data, "node_feat", name))
-    with np.load(data) as z:
-        src, dst = z["edge_index"]
-    with np.load(_need(raw / "node-label.npz", name)) as z:
-        y = z["node_label"]
+    data, labels = _need(raw / "data.npz", name), _need(raw / "node-label.npz", name)
+    try:
+        n, width = _npz_shape(data, "node_feat")
+        x = _feature_map(key, n, width, _npz_blocks(data, "node_feat", name))
+        with np.load(data) as z:
+            src, dst = z["edge_index"]
+        with np.load(labels) as z:
+            y = z["node_label"]
+    except DataError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as e:  # an empty or truncated file
+        raise DataError(f"ogb:{name}: {data} or {labels.name} cannot be read: {str(e).splitlines()[0]}") from None
     return n, src, dst, x, y
 
 

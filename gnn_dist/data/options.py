@@ -83,8 +83,9 @@ def seeded_split(y: np.ndarray, split: str, seed: int, val_per_class: int = 30, 
         masks[2] = ~(masks[0] | masks[1]) & (y >= 0)
         return tuple(masks)
     if len(values) == 2 and all(0 <= v < 1 for v in values) and sum(values) < 1:
-        perm = rng.permutation(n)
-        n_tr, n_va = int(round(values[0] * n)), int(round(values[1] * n))
+        labelled = np.arange(n) if y.ndim == 2 else np.flatnonzero(y >= 0)  # a node without a label joins no mask
+        perm = rng.permutation(labelled)
+        n_tr, n_va = int(round(values[0] * labelled.shape[0])), int(round(values[1] * labelled.shape[0]))
         masks[0][perm[:n_tr]] = True
         masks[1][perm[n_tr:n_tr + n_va]] = True
         masks[2][perm[n_tr + n_va:]] = True

@@ -5,7 +5,7 @@ import inspect
 from typing import Callable
 
 from gnn_dist.data import dynamic, npz, ogb, pyg, real, synthetic, typed
-from gnn_dist.data.options import flag, number, split_spec
+from gnn_dist.data.options import flag, note, number, split_spec
 from partition import edgelist, metis_file
 from partition.dynamic import Snapshots
 from partition.errors import DataError, UsageError
@@ -22,8 +22,9 @@ CATALOGUE = (
     ("nx:<generator>", "static", "nothing (networkx)", "a networkx classic graph; labels: modularity communities"),
     ("file:<path.npz>[?lcc=..&split=..&val=..&seed=..&binary=..]", "static", "the .npz file",
      "your graph: the project's npz layout, or the gnn-benchmark layout (PyG's Amazon, Coauthor, CitationFull)"),
-    ("edges:<file|glob|folder>[?reverse=..&nodes=..]", "static", "edge list chunks (.csv/.tsv/.txt/.npy/.npz, .gz/.bz2)",
-     "an edge list, no features or labels (training gives nodes learnable rows)"),
+    ("edges:<file|glob|folder>[?reverse=..&nodes=..&relabel=..]", "static",
+     "edge list chunks (.csv/.tsv/.txt/.npy/.npz, .gz/.bz2)",
+     "an edge list, no features or labels (training gives nodes learnable rows); sparse ids compacted"),
     ("metis:<path.graph[.gz|.bz2]>", "static", "the METIS/Chaco file", "a METIS graph, weights optional"),
     ("pyg:<DatasetClass>[:<name>][?target=..&split=..&seed=..]", "static or typed",
      "the data set's raw files under --data-dir, in PyG's layout", "any torch_geometric data set, never downloaded"),
@@ -85,6 +86,20 @@ def is_dynamic(spec: str) -> bool:
     return name in DYNAMIC or name in ("json", "dsbm")
 
 
+def _edges(rest: str, spec: str) -> Graph:
+    """`edges:PATH?reverse=&nodes=&relabel=`, with a note when sparse ids were compacted."""
+    path, options = split_spec(rest, spec, ("reverse", "nodes", "relabel"))
+    nodes = number(options, "nodes", spec)
+    if nodes is not None and nodes < 1:
+        raise UsageError(f"data set spec '{spec}': 'nodes' must be at least 1, got {nodes}")
+    g = edgelist.load_edge_list(path, nodes, flag(options, "reverse", spec), flag(options, "relabel", spec, True))
+    if g.original_ids is not None:
+        note(f"edge list '{path}': node ids up to {int(g.original_ids[-1])} for {g.num_nodes} distinct nodes, "
+             f"relabelled 0..{g.num_nodes - 1} in id order; the partition keeps the original ids "
+             f"(original_ids.npy) and predict writes them beside its output (?relabel=false refuses instead)")
+    return g
+
+
 def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph | Snapshots | TypedGraph:
     """Load by name; see DATASETS for the accepted forms. Dynamic graphs come back as `Snapshots`,
     typed ones as `TypedGraph`."""
@@ -95,8 +110,7 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
     if name == "hfile":
         return typed.from_npz(rest, seed, spec)
     if name == "edges":
-        path, options = split_spec(rest, spec, ("reverse", "nodes"))
-        return edgelist.load_edge_list(path, number(options, "nodes", spec), flag(options, "reverse", spec))
+        return _edges(rest, spec)
     if name == "ogb":
         return ogb.load_ogb(rest, data_dir, seed, spec)
     if name == "pyg":

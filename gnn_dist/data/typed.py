@@ -126,5 +126,7 @@ def from_npz(rest: str, seed: int = 0, spec: str | None = None) -> TypedGraph:
         return TypedGraph(node_types, counts, x, edge_types, edges, target, z["y"], *masks, name=path.stem)
     except KeyError as e:
         raise DataError(f"graph file {path} lacks the array {e}") from None
+    except EOFError:
+        raise DataError(f"graph file {path} is empty") from None
     except (OSError, ValueError) as e:
         raise DataError(f"graph file {path} cannot be read: {e}") from None

@@ -90,12 +90,14 @@ def build_plan(graph: LocalGraph, arrays: dict, rank: int) -> RelAggPlan:
 
 def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int], plan: RelAggPlan,
                 label: str):
-    """One all-to-all of raw rows and partial aggregates, counted under `label` ("fwd.raf.L0", "raf.eval")."""
+    """One all-to-all of raw rows and partial aggregates, counted under `label` ("fwd.raf.L0", "raf.eval"); over
+    MPI where the row exchange's plans go (it is waited for before any other collective)."""
     out = send.new_empty(out_rows, send.shape[1])
-    work = transport.all_to_all(out, send, out_splits, in_splits, group=plan.group, async_op=True)
+    mpi = plan.exchange is not None and plan.exchange.over_mpi()
+    work = transport.all_to_all(out, send, out_splits, in_splits, group=plan.group, async_op=True, mpi=mpi)
     if plan.exchange is not None:
         stats = plan.exchange.stats[label]
-        stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits)
+        stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits, transport.is_mpi(work))
     return out, work
 
 

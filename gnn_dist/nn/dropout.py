@@ -2,15 +2,18 @@
 
 torch's CPU dropout draws each Bernoulli with its own generator call, which
 made it the largest single cost of a full-graph training step here. The mask
-key is drawn from torch's default generator, so a seeded run repeats its
-masks (the trainer seeds per epoch and rank). On CUDA, or without numba, or
-with `BACKEND = "torch"` (env GNN_DIST_DROPOUT=torch), this is F.dropout.
+key, and F.dropout's mask where that runs instead (CUDA, no numba, or
+`BACKEND = "torch"`, env GNN_DIST_DROPOUT=torch), come from the epoch's
+dropout stream (`gnn_dist.runtime.streams`: per seed, epoch and rank, apart
+from the codecs' dither), so a run, and a resumed run, repeat their masks
+whatever the messages' codec.
 
 The input features are dropped differently (`input_dropout`): their mask is a
 function of (epoch key, global node id, column), so a rank can drop its own
 copy of a halo row exactly as the row's owner drops it. The halo of the input
 then needs fetching only once (`HaloExchange.static_halo`), and a distributed
-run draws the very masks a single process does.
+run draws the very masks a single process does. On CUDA a Triton kernel draws them
+(`runtime/triton_kernels.py`, where triton is installed): the CPU's masks, in one pass.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.runtime import kernels
+from gnn_dist.runtime import kernels, streams
 
 BACKEND = os.environ.get("GNN_DIST_DROPOUT", "auto")  # auto | torch
 
@@ -33,7 +36,7 @@ class HashDropout(torch.autograd.Function):
         flat = x.detach().contiguous().view(-1)
         out = torch.empty_like(flat)
         mask = torch.empty(flat.shape, dtype=torch.uint8)
-        key = int(torch.randint(0, 2**62, (1,)))
+        key = streams.dropout_key()
         scale = 1.0 / (1.0 - p)
         if flat.shape[0] >= kernels.NUMBA_MIN_ITEMS:
             kernels.in_ranges(kernels.load().dropout_into, flat.shape[0], flat.numpy(), out.numpy(), mask.numpy(),
@@ -74,10 +77,9 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """F.dropout's contract: zero each element with probability p, scale the rest by 1 / (1 - p)."""
     if not training or p == 0.0:
         return x
-    if not 0.0 <= p < 1.0:
-        return F.dropout(x, p, training)  # torch's own error for p outside [0, 1], and p == 1
-    if not _hashed(x):
-        return F.dropout(x, p, training)
+    if not 0.0 <= p < 1.0 or not _hashed(x):  # (torch's own error for p outside [0, 1], and p == 1)
+        with streams.dropout_stream(x.device):
+            return F.dropout(x, p, training)
     return HashDropout.apply(x, p)
 
 
@@ -92,6 +94,12 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 def _hashed(x: torch.Tensor) -> bool:
     """Dropout of x draws the counter-hash mask (else torch's F.dropout)."""
     return BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and kernels.available()
+
+
+def _keyed_on_gpu(x: torch.Tensor) -> bool:
+    """Keyed dropout of x runs the Triton kernel (CUDA float32, no autograd, triton installed)?"""
+    return (BACKEND != "torch" and x.is_cuda and x.dtype == torch.float32 and not x.requires_grad
+            and kernels.triton_available())
 
 
 _M32 = 0xFFFFFFFF
@@ -122,6 +130,8 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
     key %= 2**64
     scale = 1.0 / (1.0 - p)
     x2 = x.reshape(x.shape[0], -1)
+    if _keyed_on_gpu(x):  # one Triton pass, numba's very mask and products
+        return kernels.triton().keyed_dropout(x2, ids.to(x.device, torch.int64), _drop_below(p), scale, key).view_as(x)
     if _hashed(x) and not x.requires_grad and x2.numel() >= kernels.NUMBA_MIN_ITEMS:
         out = torch.empty_like(x2)
         kernels.in_ranges(kernels.load().keyed_dropout_rows, x2.shape[0], x2.contiguous().numpy(), out.numpy(),

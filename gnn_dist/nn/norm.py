@@ -13,21 +13,19 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gnn_dist.runtime import staging
+
 
 class _AllSum(torch.autograd.Function):
     """Sum over ranks; backward sums the gradient too (every rank's loss depends on the sum)."""
 
     @staticmethod
     def forward(ctx, t: torch.Tensor) -> torch.Tensor:
-        t = t.clone()
-        dist.all_reduce(t)
-        return t
+        return staging.all_reduce(t.clone())
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
+        return staging.all_reduce(grad.clone())
 
 
 def _global_sum(t: torch.Tensor) -> torch.Tensor:
@@ -45,7 +43,7 @@ class BatchNorm(nn.BatchNorm1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training or not self.track_running_stats):
             return super().forward(x)
-        count = _global_sum(x.new_tensor([float(x.shape[0])]))
+        count = _global_sum(torch.tensor([x.shape[0]], dtype=torch.int64, device=x.device)).to(x.dtype)  # int64 sum
         mean = _global_sum(x.sum(0)) / count
         var = _global_sum((x - mean).pow(2).sum(0)) / count
         if self.training and self.track_running_stats:

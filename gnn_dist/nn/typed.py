@@ -183,16 +183,18 @@ class PyGTypedGNN(nn.Module):
     def forward(self, hg) -> torch.Tensor:
         off = hg.offsets
         n = hg.total_nodes
-        h = torch.zeros(n, self.input.out_channels, dtype=self.input.lins[0].weight.dtype)
+        w = self.input.lins[0].weight  # the graph goes where the weights are
+        h = torch.zeros(n, self.input.out_channels, dtype=w.dtype, device=w.device)
         for lin, t in zip(self.input.lins, hg.node_types):
-            x = (hg.x[t] if torch.is_tensor(hg.x[t]) else torch.from_numpy(hg.x[t])).to(h.dtype)  # a tensor: learnable
-            h = h.index_copy(0, torch.arange(off[t], off[t] + hg.num_nodes[t]), lin(x))
-        ei = {k: torch.stack([torch.as_tensor(a, dtype=torch.int64) for a in hg.edges[k]]) for k in self.edge_types}
+            x = (hg.x[t] if torch.is_tensor(hg.x[t]) else torch.from_numpy(hg.x[t])).to(w.device, h.dtype)  # a tensor: learnable
+            h = h.index_copy(0, torch.arange(off[t], off[t] + hg.num_nodes[t], device=w.device), lin(x))
+        ei = {k: torch.stack([torch.as_tensor(a, dtype=torch.int64) for a in hg.edges[k]]).to(w.device)
+              for k in self.edge_types}
         for i, conv in enumerate(self.convs):
             if self.kind == "rgcn":
                 src = torch.cat([ei[k][0] + off[k.split(":")[0]] for k in self.edge_types])
                 dst = torch.cat([ei[k][1] + off[k.split(":")[2]] for k in self.edge_types])
-                rel = torch.cat([torch.full((ei[k].shape[1],), r) for r, k in enumerate(self.edge_types)])
+                rel = torch.cat([torch.full((ei[k].shape[1],), r, device=w.device) for r, k in enumerate(self.edge_types)])
                 h = conv(h, torch.stack([src, dst]), rel)
             else:
                 x_dict = {t: h[off[t]: off[t] + hg.num_nodes[t]] for t in hg.node_types}

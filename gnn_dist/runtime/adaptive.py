@@ -28,6 +28,16 @@ def variance(r: float, width: int, bits: int) -> float:
     return r * width / (6.0 * (2**bits - 1) ** 2)
 
 
+def rounding_variance(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Per-element variance of stochastic rounding, scale^2 p (1 - p): what the adaptive policy minimises."""
+    x = x.double()
+    lo = x.amin(dim=1, keepdim=True)
+    scale = (x.amax(dim=1, keepdim=True) - lo) / (2**bits - 1)
+    v = (x - lo) / torch.where(scale == 0, torch.ones_like(scale), scale)
+    p = v - v.floor()
+    return scale**2 * p * (1 - p)
+
+
 def solve_bits(groups: dict, links: dict, budget_bits: int) -> dict:
     """groups: {(channel, src, dst): (R, rows, width)}; links: {(src, dst): (alpha, beta)} -> {group: bits}.
 

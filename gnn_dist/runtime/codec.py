@@ -7,9 +7,12 @@ Values are packed 8 / B per byte, planar: code j of a row sits in byte
 j mod P at bit (j div P) * B, P the packed width. Rows with max == min send
 a zero payload.
 
-On the CPU, fused numba kernels (`gnn_dist.runtime.numba_kernels`) do the work where
-numba is installed; elsewhere (CUDA, or GNN_DIST_CODEC=torch) torch
-expressions do. Both write the same bytes layout and decode alike.
+On the CPU, fused numba kernels (`numba_kernels`) do the work where numba is installed; on CUDA, Triton
+kernels (`triton_kernels`: numba's keyed dither, so a key draws the same codes) where triton is; elsewhere
+(or with GNN_DIST_CODEC=torch) torch expressions do. All write the same bytes layout and decode alike.
+
+Each encode takes an integer `key` that fixes its dither (the exchange passes one from the epoch's dither
+stream, `gnn_dist.runtime.streams`); without one, a key is drawn (`streams.dither_key`).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gnn_dist.runtime import kernels
+from gnn_dist.runtime import kernels, streams
 
 INT_BITS = (8, 4, 2)
 FLOAT_CODECS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -73,22 +76,22 @@ class DitherPool:
     Drawing fresh uniforms costs more than the rest of encoding (torch.rand runs
     at about a tenth of memory bandwidth on a CPU core); a window of a large
     pool is still uniform per element and independent within a window, and the
-    random offsets decorrelate successive windows and blocks.
+    random offsets decorrelate successive windows and blocks. The offsets are
+    a function of the block's key alone, so a key repeats its dither.
     """
 
     def __init__(self, size: int = 1 << 23, seed: int = 0x5EED):
-        self.gen = torch.Generator().manual_seed(seed)
-        self.pool = torch.rand(size, generator=self.gen)
+        self.pool = torch.rand(size, generator=torch.Generator().manual_seed(seed))
         self.window = size // 2
         self._by_device: dict = {}
 
-    def add_(self, flat: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """flat += U[0, 1) elementwise, in place, window by window."""
-        key = str(flat.device)
-        if key not in self._by_device:
-            self._by_device[key] = self.pool.to(flat.device)
-        pool = self._by_device[key]
-        gen = generator if generator is not None and generator.device == torch.device("cpu") else self.gen
+    def add_(self, flat: torch.Tensor, key: int) -> torch.Tensor:
+        """flat += U[0, 1) elementwise, in place, window by window, at offsets drawn from `key`."""
+        device = str(flat.device)
+        if device not in self._by_device:
+            self._by_device[device] = self.pool.to(flat.device)
+        pool = self._by_device[device]
+        gen = torch.Generator().manual_seed(key)
         n = flat.numel()
         starts = torch.randint(0, pool.numel() - self.window, ((n + self.window - 1) // self.window,),
                                generator=gen).tolist()
@@ -101,14 +104,14 @@ class DitherPool:
 _DITHER: DitherPool | None = None
 
 
-def add_dither_(flat: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def add_dither_(flat: torch.Tensor, key: int) -> torch.Tensor:
     global _DITHER
     if _DITHER is None:
         _DITHER = DitherPool()
-    return _DITHER.add_(flat, generator)
+    return _DITHER.add_(flat, key)
 
 
-def quantize(x: torch.Tensor, bits: int, generator: torch.Generator | None = None):
+def quantize(x: torch.Tensor, bits: int, key: int | None = None):
     """Stochastic integer codes (uint8, unpacked), row minimum and row step."""
     if bits not in INT_BITS:
         raise ValueError(f"bits must be one of {INT_BITS}, got {bits}")
@@ -121,7 +124,7 @@ def quantize(x: torch.Tensor, bits: int, generator: torch.Generator | None = Non
     # buffer per call costs more in page faults than the arithmetic). The values are >= 0, so the
     # truncating cast to uint8 is the floor; only the top needs clamping against rounding.
     q = torch.addcmul(-lo * inv, x, inv, out=_workspace(x.shape, x.device))
-    add_dither_(q.view(-1), generator)
+    add_dither_(q.view(-1), _key(key))
     q.clamp_(max=2**bits - 1)
     return q.to(torch.uint8), lo.squeeze(1), scale.squeeze(1)
 
@@ -178,8 +181,14 @@ def _fused(x: torch.Tensor) -> bool:
     return True
 
 
-def _key(generator: torch.Generator | None) -> int:
-    return int(torch.randint(0, 2**62, (1,), generator=generator))
+def _triton(x: torch.Tensor) -> bool:
+    """Use the Triton kernels for this tensor (CUDA, and triton installed)?"""
+    return BACKEND != "torch" and x.is_cuda and kernels.triton_available()
+
+
+def _key(key: int | None) -> int:
+    """The encode's dither key: the caller's, or the next one of the dither stream."""
+    return streams.dither_key() if key is None else int(key)
 
 
 RANGES_IN_KERNEL_BELOW = 32  # row width under which the fused kernel takes row ranges itself
@@ -198,7 +207,7 @@ def row_ranges(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return x.amin(dim=1).numpy(), x.amax(dim=1).numpy()
 
 
-def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray, index: torch.Tensor | None = None,
+def _fused_encode(x: torch.Tensor, bits: int, key: int | None, out: np.ndarray, index: torch.Tensor | None = None,
                   ranges: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Codes of x[index] (all rows without one) into columns [0, packed) of `out`; returns lo and scale.
 
@@ -214,11 +223,11 @@ def _fused_encode(x: torch.Tensor, bits: int, generator, out: np.ndarray, index:
     xn = x.numpy()
     rows = np.arange(xn.shape[0]) if index is None else index.numpy()
     lo, scale = np.empty(rows.shape[0], np.float32), np.empty(rows.shape[0], np.float32)
-    kernels.load().encode_into(xn, rows, row_lo, row_hi, out, lo, scale, bits, _key(generator))
+    kernels.load().encode_into(xn, rows, row_lo, row_hi, out, lo, scale, bits, _key(key))
     return lo, scale
 
 
-def encode(x: torch.Tensor, codec: str, generator: torch.Generator | None = None) -> Encoded:
+def encode(x: torch.Tensor, codec: str, key: int | None = None) -> Encoded:
     if codec in FLOAT_CODECS:
         return Encoded(x.to(FLOAT_CODECS[codec]), None, None, x.shape[1], torch.finfo(FLOAT_CODECS[codec]).bits)
     if codec not in CODECS:
@@ -226,9 +235,9 @@ def encode(x: torch.Tensor, codec: str, generator: torch.Generator | None = None
     bits = int(codec[3:])
     if _fused(x):
         out = np.empty((x.shape[0], packed_width(x.shape[1], bits)), np.uint8)
-        lo, scale = _fused_encode(x, bits, generator, out)
+        lo, scale = _fused_encode(x, bits, key, out)
         return Encoded(torch.from_numpy(out), torch.from_numpy(lo), torch.from_numpy(scale), x.shape[1], bits)
-    q, lo, scale = quantize(x, bits, generator)
+    q, lo, scale = quantize(x, bits, key)
     return Encoded(pack(q, bits), lo, scale, x.shape[1], bits)
 
 
@@ -244,7 +253,7 @@ def decode(e: Encoded, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return q.mul_(e.scale.unsqueeze(1)).add_(e.lo.unsqueeze(1)).to(dtype)
 
 
-def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None = None,
+def encode_rows(x: torch.Tensor, codec: str, key: int | None = None,
                 out: torch.Tensor | None = None, index: torch.Tensor | None = None,
                 ranges: tuple[np.ndarray, np.ndarray] | None = None):
     """Wire records of x (or of x[index]), uint8 [rows, bytes per row] ([payload | lo | scale] for intB),
@@ -253,8 +262,9 @@ def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None =
     What the exchange sends, so a row-split all_to_all carries any codec;
     `out` (uint8, wire_bytes long) is filled in place, e.g. a slice of the send buffer.
     """
+    on_gpu = codec in CODECS and codec not in FLOAT_CODECS and _triton(x)
     fused_int = codec in CODECS and codec not in FLOAT_CODECS and _fused(x)
-    if index is not None and not fused_int:
+    if index is not None and not (fused_int or on_gpu):
         x, index = x[index], None  # gather first: float codecs and the torch path read a dense block
     rows = x.shape[0] if index is None else index.shape[0]
     if out is None:
@@ -263,20 +273,22 @@ def encode_rows(x: torch.Tensor, codec: str, generator: torch.Generator | None =
     if codec in FLOAT_CODECS:
         out.copy_(x.to(FLOAT_CODECS[codec]).contiguous().view(torch.uint8).view(rows, -1))
         return out, None
+    if on_gpu:  # one pass: row ranges, numba's keyed dither, packing, records straight into `out`
+        return out, kernels.triton().encode_rows(x.detach().float(), index, int(codec[3:]), _key(key), out)
     if fused_int:
         o = out.numpy()
-        lo, scale = _fused_encode(x, int(codec[3:]), generator, o, index, ranges)
+        lo, scale = _fused_encode(x, int(codec[3:]), key, o, index, ranges)
         pw = o.shape[1] - 8
         o[:, pw: pw + 4] = lo.view(np.uint8).reshape(-1, 4)
         o[:, pw + 4:] = scale.view(np.uint8).reshape(-1, 4)
         return out, torch.from_numpy(scale)
-    e = encode(x, codec, generator)
+    e = encode(x, codec, key)
     out.copy_(to_rows(e))
     return out, e.scale
 
 
 def encode_split(x: torch.Tensor, index: torch.Tensor | None, splits: list[int], codecs: list[str],
-                 out: torch.Tensor, generator: torch.Generator | None = None,
+                 out: torch.Tensor, key: int | None = None,
                  distinct: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor | None]:
     """x[index] (all of x without one) cut into consecutive blocks of `splits` rows, block p encoded with
     `codecs[p]` into its slice of `out` (wire_bytes each, in order); returns each block's row scales (intB).
@@ -284,8 +296,10 @@ def encode_split(x: torch.Tensor, index: torch.Tensor | None, splits: list[int],
     One call per exchange: the fused kernels' row ranges are taken once for all blocks. With `distinct`
     = (rows, inverse) such that index == rows[inverse], an intB codec shared by several blocks encodes each
     distinct row once and copies its record to every block that sends it (a boundary row goes to ~3
-    peers): same distribution per receiver, a third of the encoding.
+    peers): same distribution per receiver, a third of the encoding. Each encode's key is derived from
+    `key` (block p: derive(key, p); a codec's shared records: derive(key, -bits)).
     """
+    key = _key(key)
     x = x.flatten(1)
     nbytes = [wire_bytes(r, x.shape[1], c) for r, c in zip(splits, codecs)]
     ranges = None
@@ -299,8 +313,9 @@ def encode_split(x: torch.Tensor, index: torch.Tensor | None, splits: list[int],
     shared = {}  # codec -> (records of the distinct rows, their scales)
     if distinct is not None and index is not None:
         used = [c for c, n in zip(codecs, splits) if n and c not in FLOAT_CODECS]
-        for name in {c for c in used if used.count(c) > 1}:
-            shared[name] = encode_rows(x, name, generator, index=distinct[0], ranges=ranges)
+        for name in sorted({c for c in used if used.count(c) > 1}):
+            shared[name] = encode_rows(x, name, streams.derive(key, -int(name[3:])), index=distinct[0],
+                                       ranges=ranges)
         inverse = torch.split(distinct[1], splits)
     scales = []
     for p, ((block, idx), buf, count, name) in enumerate(zip(blocks, torch.split(out, nbytes), splits, codecs)):
@@ -310,7 +325,7 @@ def encode_split(x: torch.Tensor, index: torch.Tensor | None, splits: list[int],
             torch.index_select(records, 0, inverse[p], out=buf.view(count, -1))
             scale = all_scales[inverse[p]]
         elif count:
-            _, scale = encode_rows(block, name, generator, out=buf, index=idx, ranges=ranges)
+            _, scale = encode_rows(block, name, streams.derive(key, p), out=buf, index=idx, ranges=ranges)
         scales.append(scale)
     return scales
 
@@ -334,6 +349,9 @@ def decode_rows(records: torch.Tensor, codec: str, width: int, dtype: torch.dtyp
         out.copy_(records.contiguous().view(FLOAT_CODECS[codec]).view(rows, width))
         return out
     bits = int(codec[3:])
+    if _triton(records) and out.dtype == torch.float32 and out.is_contiguous():
+        kernels.triton().decode_rows(records, bits, out.view(rows, width))
+        return out
     if _fused(records) and out.dtype == torch.float32 and out.is_contiguous():
         r = records.numpy()
         kernels.load().decode_into(r, *_split_records(r, width, bits), out.numpy(), np.arange(rows), False, bits)
@@ -349,22 +367,15 @@ def decode_rows_add(records: torch.Tensor, codec: str, width: int, target: torch
     if rows == 0:
         return target
     records = records.view(rows, -1)
+    if codec not in FLOAT_CODECS and _triton(records) and target.dtype == torch.float32 and target.is_contiguous():
+        kernels.triton().decode_rows(records, int(codec[3:]), target.view(target.shape[0], -1), index, add=True)
+        return target
     if codec not in FLOAT_CODECS and _fused(records) and target.dtype == torch.float32 and target.is_contiguous():
         r, bits = records.numpy(), int(codec[3:])
         kernels.load().decode_into(r, *_split_records(r, width, bits), target.view(target.shape[0], -1).numpy(),
                                     index.numpy(), True, bits)
         return target
     return target.index_add_(0, index, decode_rows(records, codec, width, target.dtype).view(rows, *target.shape[1:]))
-
-
-def rounding_variance(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Per-element variance of stochastic rounding, scale^2 p (1 - p): what the adaptive policy minimises."""
-    x = x.double()
-    lo = x.amin(dim=1, keepdim=True)
-    scale = (x.amax(dim=1, keepdim=True) - lo) / (2**bits - 1)
-    v = (x - lo) / torch.where(scale == 0, torch.ones_like(scale), scale)
-    p = v - v.floor()
-    return scale**2 * p * (1 - p)
 
 
 def to_rows(e: Encoded) -> torch.Tensor:

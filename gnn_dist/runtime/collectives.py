@@ -1,7 +1,9 @@
 """The few collectives a training loop needs: sums, broadcasts, and one bucket for all gradients.
 
 Gradients travel in one flat bucket per step (one all-reduce, not one per
-parameter), with any scalars the loop wants summed riding along at the end.
+parameter), with any scalars the loop wants summed riding along at the end. Where ranks share a GPU,
+sums and broadcasts of device tensors cross through host copies (`gnn_dist.runtime.staging`); object
+collectives travel as host bytes on gloo anyway.
 
 A *rank-local* parameter (`mark_rank_local`) holds only this rank's rows of a
 global table, such as learnable node embeddings: its rows live with their
@@ -14,20 +16,26 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from gnn_dist.runtime import staging
 from gnn_dist.runtime.launch import DistContext
 
 
 def all_sum(t: torch.Tensor, ctx: DistContext, op=dist.ReduceOp.SUM) -> torch.Tensor:
     t = t.to(ctx.device)
     if ctx.world_size > 1:
-        dist.all_reduce(t, op=op)
+        staging.all_reduce(t, op=op)
     return t
+
+
+def count_sum(n: int, ctx: DistContext, op=dist.ReduceOp.SUM) -> int:
+    """A count (rows, bytes) summed over ranks, in int64: float32 would round above 2^24."""
+    return int(all_sum(torch.tensor([int(n)], dtype=torch.int64), ctx, op=op)[0])
 
 
 def broadcast(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     t = t.to(ctx.device)
     if ctx.world_size > 1:
-        dist.broadcast(t, 0)
+        staging.broadcast(t, 0)
     return t
 
 

@@ -18,11 +18,10 @@ node id (`gnn_dist.nn.dropout.input_dropout`) and `provide`s it, and the
 first layer's forward then sends nothing. Exact: the same values arrive as
 if sent.
 
-On CUDA the whole exchange (gather of send rows aside) runs on a side stream:
-encoding, the NCCL all_to_all and decoding overlap whatever the default
-stream computes meanwhile (the central rows), and nothing is staged through
-host memory. Statistics stay on the device until the epoch's metrics are
-read, so no step forces a host sync.
+On CUDA the whole exchange (gather of send rows aside) runs on a side stream: encoding, the NCCL
+all_to_all and decoding overlap whatever the default stream computes meanwhile (the central rows). Where
+ranks share a GPU the all_to_all runs on gloo (or MPI) through pinned host copies, made on the side stream
+too (`gnn_dist.runtime.staging`). Statistics stay on the device until the epoch's metrics are read.
 """
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.runtime import codec, transport
+from gnn_dist.runtime import codec, policy_state, streams, transport
 from gnn_dist.runtime.adaptive import AdaptivePolicy
 from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready
 from partition.errors import UsageError
@@ -207,12 +206,13 @@ class HaloExchange:
             flat = (source[index] if index is not None else source).contiguous()
             out = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
             work = transport.all_to_all(out, flat, out_splits, in_splits, group=self.group, async_op=True, mpi=mpi)
-            stats.add([r * width * flat.element_size() for r in in_splits], in_splits)
+            stats.add([r * width * flat.element_size() for r in in_splits], in_splits, transport.is_mpi(work))
             return Pending(work, lambda: out.view(out_rows, *tail), stats)
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
         send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=source.device)
         distinct = self._distinct_send_rows() if index is self.send_idx else None
-        scales = codec.encode_split(source, index, in_splits, send_names, send_buf, distinct=distinct)
+        scales = codec.encode_split(source, index, in_splits, send_names, send_buf, key=streams.dither_key(),
+                                    distinct=distinct)  # the dither of the epoch's stream, apart from dropout's
         for p, (scale, count) in enumerate(zip(scales, in_splits)):
             if scale is not None:
                 stats.qvar = stats.qvar + (scale.double() ** 2).sum() * (width / 6.0)
@@ -222,7 +222,7 @@ class HaloExchange:
         recv_bytes = [codec.wire_bytes(r, width, n) for r, n in zip(out_splits, recv_names)]
         out = torch.empty(sum(recv_bytes), dtype=torch.uint8, device=source.device)
         work = transport.all_to_all(out, send_buf, recv_bytes, nbytes, group=self.group, async_op=True, mpi=mpi)
-        stats.add(nbytes, in_splits)
+        stats.add(nbytes, in_splits, transport.is_mpi(work))
 
         def finish() -> torch.Tensor:
             res = torch.empty(out_rows, width, dtype=dtype, device=source.device)
@@ -293,7 +293,13 @@ class HaloExchange:
 
     # ---------------------------------------------------------------- caches
     def _through_cache(self, channel: str, pending: Pending):
-        """staleness S: hand out the block started S epochs ago; the fresh one travels meanwhile."""
+        """staleness S: hand out the block started S epochs ago; the fresh one travels meanwhile.
+
+        Until a block is S epochs old (warm-up), the oldest one still queued is handed out as it is. A block
+        handed out may be an autograd output (HaloWait) or saved for backward, so it is never written again:
+        the blend is in place only on a block leaving the queue for the first time, which nothing else holds.
+        A block handed out at warm-up leaves the queue as the block in use, where the blend is the identity.
+        """
         s = self.config.staleness
         if not s:
             return pending
@@ -302,13 +308,12 @@ class HaloExchange:
         block = None
         while len(q) > s:
             block = q.popleft().wait()
-        if block is None:  # warm-up: nothing old enough yet, use the freshest
-            block = pending.wait()
-        m = self.config.momentum
-        if m and channel in self._used and self._used[channel].shape == block.shape:
-            # in place, one pass: the block just received is referenced nowhere else (its Pending has left the
-            # queue), and at warm-up it is the previous block itself, where the blend changes nothing
-            block = block.lerp_(self._used[channel], m)
+        used = self._used.get(channel)
+        if block is None:  # warm-up: nothing old enough yet, the oldest block queued
+            block = q[0].wait()
+        elif self.config.momentum and used is not None and used is not block and used.shape == block.shape:
+            with torch.no_grad():  # `used` was handed out, so may require grad: no history for the cache
+                block.lerp_(used, self.config.momentum)
         self._used[channel] = block
         return Ready(block)
 
@@ -341,6 +346,18 @@ class HaloExchange:
             return block
 
         return Pending(None, merge, self.stats[channel])
+
+    # ----------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """This rank's policy state, for a checkpoint (`gnn_dist.runtime.policy_state`: what and why)."""
+        return policy_state.save(self)
+
+    def state_mismatch(self, state: dict) -> str | None:
+        """Why `state` cannot continue this exchange (another plan or other settings); None if it can."""
+        return policy_state.mismatch(self, state)
+
+    def load_state_dict(self, state: dict) -> None:
+        policy_state.load(self, state)
 
 
 class SharedHalo:

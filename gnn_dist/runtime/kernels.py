@@ -1,7 +1,9 @@
 """Reaching the numba kernels (`gnn_dist.runtime.numba_kernels`) without importing numba before one is needed,
-and running a kernel over ranges of its elements on torch's threads (the kernels release the GIL)."""
+and running a kernel over ranges of its elements on torch's threads (the kernels release the GIL); reaching the
+Triton kernels for CUDA tensors (`gnn_dist.runtime.triton_kernels`, the `kernels` extra) likewise."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,6 +26,19 @@ def load():
     from gnn_dist.runtime import numba_kernels
 
     return numba_kernels
+
+
+@functools.cache
+def triton_available() -> bool:
+    """triton is installed (its kernels compile for the device on their first launch, a second or two each)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton():
+    """The Triton kernels module, imported on first call (callers ask only for CUDA tensors)."""
+    from gnn_dist.runtime import triton_kernels
+
+    return triton_kernels
 
 
 def in_ranges(kernel, n: int, *args) -> None:

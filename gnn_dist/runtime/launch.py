@@ -1,8 +1,9 @@
 """From an MPI (or torchrun) launch to a ready torch.distributed context, and out again (docs/design.md §9).
 
 MPI learns rank and size and agrees on a rendezvous (`gnn_dist.runtime.rendezvous`); tensors travel over
-torch.distributed (gloo on CPU, NCCL on GPU), except CPU halo all-to-alls under mpiexec, which MPI carries
-where blocks are small (`gnn_dist.runtime.transport`: 75x less latency). Halo traffic gets its own process
+torch.distributed (gloo on CPU, NCCL on GPU, gloo through host copies where ranks share a GPU:
+`gnn_dist.runtime.placement`), except CPU halo all-to-alls under mpiexec, which MPI carries where blocks
+are small (`gnn_dist.runtime.transport`: 75x less latency). Halo traffic gets its own process
 group so a background exchange never interleaves with the gradient all-reduce.
 
 Leaving is the other half. A rank's sentinel process (`gnn_dist.runtime.sentinel`) beats for it and tells
@@ -27,6 +28,8 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
+from gnn_dist.runtime import placement
+from gnn_dist.runtime import transport as halo_transport
 from gnn_dist.runtime.failure import describe_user_error, exit_code, exit_line, is_collective_failure, print_traceback
 from gnn_dist.runtime.malloc import keep_freed_memory
 from gnn_dist.runtime.rendezvous import Rendezvous, gloo_interface, mpi_abort, mpi_rendezvous, mpi_store
@@ -149,9 +152,7 @@ class DistContext:
         if self in _OPEN:
             _OPEN.remove(self)
         if self.halo_group is not None:
-            from gnn_dist.runtime import transport
-
-            transport.release(self.halo_group)
+            halo_transport.release(self.halo_group)
         try:
             if self.distributed and clean:
                 self._meet()
@@ -228,19 +229,6 @@ def _watch_exits() -> None:
         sys.exit.gnn_dist = True
 
 
-def _device(backend: str | None, local_rank: int, local_size: int) -> tuple[torch.device, str]:
-    use_cuda = torch.cuda.is_available() and backend in (None, "nccl")
-    if backend == "nccl" and not use_cuda:
-        raise LaunchError("--backend nccl needs CUDA, and this torch sees no GPU (use gloo)")
-    if use_cuda and local_size > torch.cuda.device_count():
-        raise LaunchError(f"{local_size} ranks on this host but {torch.cuda.device_count()} GPU(s): NCCL needs one GPU "
-                          f"per rank (launch fewer ranks per host, or --backend gloo to train on the CPU)")
-    device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    return device, backend or ("nccl" if use_cuda else "gloo")
-
-
 def _torchrun_rendezvous() -> Rendezvous:
     env = os.environ
     return Rendezvous(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
@@ -253,9 +241,13 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
          heartbeat_timeout_s: float = 60.0, transport: str = "auto") -> DistContext:
     """Start torch.distributed for this process; `expected_world` is checked before any network setup.
 
-    `transport`: how CPU halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
-    MPI under an mpiexec launch on CPU with no more ranks than cores per host, everything else over
-    torch.distributed) or "gloo" (all of them). `heartbeat_timeout_s`: a rank whose sentinel has not
+    `backend`: None (NCCL where each rank of a host has a GPU of its own, ranks sharing GPUs staged through
+    host memory, the CPU and gloo without CUDA), "gloo" (the CPU), "nccl", or "staged" (GPUs, every
+    collective through pinned host memory: nodes without GPUDirect); `gnn_dist.runtime.placement`.
+
+    `transport`: how host halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
+    MPI under an mpiexec launch on gloo, the CPU's or a shared GPU's, with no more ranks than cores per
+    host; everything else over torch.distributed) or "gloo" (all of them). `heartbeat_timeout_s`: a rank whose sentinel has not
     beaten for this long is lost (a rank that is merely busy or stopped keeps beating).
 
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`). An exception or
@@ -273,7 +265,10 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
                           f"(run mpiexec -n {expected_world})")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(rv.local_size, 1)))
     keep_freed_memory()
-    device, backend = _device(backend, rv.local_rank, rv.local_size)
+    gpus = torch.cuda.device_count() if backend != "gloo" and torch.cuda.is_available() else 0
+    agree = placement.mpi_all if not torchrun else bool
+    backend, device = placement.apply(placement.choose(backend, rv.local_rank, rv.local_size, gpus, agree=agree),
+                                      rv.rank)
     if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
         name = gloo_interface(iface, rv.addr)
         if name:
@@ -308,8 +303,6 @@ def _process_groups(rv: Rendezvous, backend: str, timeout: datetime.timedelta, t
     # MPI waits poll: with more ranks than cores on a host they would take cores from ranks that compute
     # (Cora at P=4 on 2 cores: 29.9 ms an epoch over MPI, 28.1 over gloo; at P=2, 10.8 against 16.3)
     if halo_group is not None and not torchrun and backend == "gloo" and transport != "gloo" and \
-            rv.local_size <= (os.cpu_count() or 1):
-        from gnn_dist.runtime import transport as halo_transport
-
+            rv.local_size <= halo_transport.host_cores():
         halo_transport.use_mpi(halo_group)
     return halo_group

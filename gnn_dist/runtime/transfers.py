@@ -21,18 +21,20 @@ class ChannelStats:
     calls: int = 0
     qvar: float | torch.Tensor = 0.0  # expected quantisation variance summed over elements sent (a device tensor)
     elements: int = 0
+    mpi_calls: int = 0  # all-to-alls that travelled over MPI (gnn_dist.runtime.transport), the rest over torch's
 
-    def add(self, nbytes: list[int], rows: list[int]) -> None:
+    def add(self, nbytes: list[int], rows: list[int], over_mpi: bool = False) -> None:
         if not self.bytes_per_peer:
             self.bytes_per_peer, self.rows_per_peer = [0] * len(nbytes), [0] * len(rows)
         for i, (b, r) in enumerate(zip(nbytes, rows)):
             self.bytes_per_peer[i] += b
             self.rows_per_peer[i] += r
         self.calls += 1
+        self.mpi_calls += bool(over_mpi)
 
     def reset(self) -> dict:
         out = {"bytes": self.bytes_per_peer, "rows": self.rows_per_peer, "wait_s": round(self.wait_s, 6),
-               "calls": self.calls, "qvar": float(self.qvar) / max(self.elements, 1)}
+               "calls": self.calls, "mpi_calls": self.mpi_calls, "qvar": float(self.qvar) / max(self.elements, 1)}
         self.__init__()
         return out
 

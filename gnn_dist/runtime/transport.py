@@ -3,7 +3,7 @@
 Every halo all-to-all (exchange, relation aggregates, plan agreement, link
 prediction's row fetches) goes through `all_to_all`, which takes the
 arguments of `torch.distributed.all_to_all_single`. Under an `mpiexec`
-launch on CPU with no more ranks than cores per host (MPI's waits poll, and
+launch on gloo (the CPU, or ranks sharing a GPU) with no more ranks than cores per host (MPI's waits poll, and
 would take cores from ranks that compute), the launcher registers the halo
 group here (`use_mpi`), and
 CPU tensors then travel by MPI's `Ialltoallv` on a duplicate of
@@ -11,7 +11,9 @@ COMM_WORLD; everything else, CUDA tensors and torchrun launches included,
 keeps torch.distributed (gloo, NCCL). So do large blocks (`agree_small`:
 gloo's threads move them while the rank computes, MPI only once waited for)
 and exchanges left in flight across other collectives (stale blocks),
-because an MPI request moves only while its ranks are inside MPI.
+because an MPI request moves only while its ranks are inside MPI. Where
+ranks share a GPU (`gnn_dist.runtime.staging`), device tensors cross through
+host copies, which then travel as CPU tensors do.
 
 Why: on long sequences of small graphs an all-to-all's latency, not its
 bytes, is the cost. Between two ranks on one 2-core box gloo's all-to-all
@@ -30,10 +32,18 @@ import os
 import torch
 import torch.distributed as dist
 
+from gnn_dist.runtime import staging
+
 _COMMS: dict = {}  # torch process group -> MPI communicator carrying its CPU all-to-alls
 # plans with at most this many rows per all-to-all on every rank use MPI (`agree_small`); the variable is for measuring
 MPI_MAX_ROWS = int(os.environ.get("GNN_DIST_MPI_MAX_ROWS", 16384))
 _ROW_TYPES: dict = {}  # row bytes -> committed MPI datatype
+
+
+def host_cores() -> int:
+    """Cores per host for the launcher's rule (MPI only where ranks do not outnumber them); GNN_DIST_HOST_CORES
+    overrides the count, so a 2-core box can take the transport a 16-core one would (tests)."""
+    return int(os.environ.get("GNN_DIST_HOST_CORES") or os.cpu_count() or 1)
 
 
 class MPIWork:
@@ -77,7 +87,18 @@ def all_to_all(output: torch.Tensor, input: torch.Tensor, output_split_sizes: li
     collective: an MPI request moves only while its ranks are inside MPI, so one rank waiting on it
     while its peer blocks in a gloo all-reduce would deadlock (stale blocks, waited an epoch later,
     stay on torch.distributed, whose own threads move them).
+
+    Where staging is on (ranks sharing a GPU, `gnn_dist.runtime.staging`), device tensors cross through
+    host copies, and those travel as CPU tensors do (small plans over MPI).
     """
+    if staging.staged(input, output):
+        return staging.all_to_all(lambda o, i: _direct(o, i, output_split_sizes, input_split_sizes, group, True, mpi),
+                                  output, input, async_op)
+    return _direct(output, input, output_split_sizes, input_split_sizes, group, async_op, mpi)
+
+
+def _direct(output: torch.Tensor, input: torch.Tensor, output_split_sizes, input_split_sizes, group, async_op: bool,
+            mpi: bool):
     comm = _COMMS.get(group) if mpi else None
     if comm is None or input.device.type != "cpu" or output.device.type != "cpu" or not output.is_contiguous():
         return dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group,
@@ -87,6 +108,11 @@ def all_to_all(output: torch.Tensor, input: torch.Tensor, output_split_sizes: li
         work.wait()
         return None
     return work
+
+
+def is_mpi(work) -> bool:
+    """Whether an all-to-all that `all_to_all` started travels over MPI (what the logs count as mpi_calls)."""
+    return isinstance(work, MPIWork)
 
 
 def agree_small(group, rows: int) -> bool:

@@ -21,11 +21,14 @@ import torch.nn.functional as F
 from gnn_dist.graph.dynamic import SnapshotSequence
 from gnn_dist.graph.snapshot_group import auto_group_size, spans
 from gnn_dist.nn.dynamic import detach_state
-from gnn_dist.runtime.collectives import all_sum
+from gnn_dist.runtime.collectives import all_sum, count_sum
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train.loop import Loop
 from partition.errors import UsageError
 
+RESUME_WITH_POLICY = ("--resume is refused on dynamic graphs under adaptive bit-widths, staleness or skipping: their "
+                      "exchanges (one per snapshot group) are not checkpointed, so a resumed run would differ from "
+                      "the uninterrupted one (codecs alone resume exactly)")
 
 class DynamicTask:
     monitor = None  # train and test periods only: no validation snapshots to judge "best" by
@@ -37,10 +40,9 @@ class DynamicTask:
         if group < 0:
             raise UsageError(f"--snapshot-group must be >= 0 (0: automatic), got {group}")
         self.model, self.seq, self.ctx, self.window = model, seq, ctx, window
-        self.num_nodes = int(all_sum(torch.tensor([float(seq.num_inner)]), ctx)[0])
+        self.num_nodes = count_sum(seq.num_inner, ctx)
         # the same size on every rank (ranks must group alike): from the largest part's rows
-        largest = all_sum(torch.tensor([float(seq.num_local)]), ctx, op=dist.ReduceOp.MAX)
-        self.group = group or auto_group_size(int(largest[0]))
+        self.group = group or auto_group_size(count_sum(seq.num_local, ctx, op=dist.ReduceOp.MAX))
         # training groups never straddle a window (the optimiser steps between windows); evaluation's may
         self.train_spans = [sp for w0 in range(0, seq.num_train, window)
                             for sp in spans(w0, min(w0 + window, seq.num_train), min(self.group, window))]
@@ -77,7 +79,7 @@ class DynamicTask:
         traffic = self.seq.take_traffic()
         sent = traffic["halo_bytes"]
         return {"plan_time": self.seq.plan_seconds - self._plan0, "halo_bytes": sent,
-                "halo_bytes_all_ranks": int(all_sum(torch.tensor([float(sent)]), self.ctx)[0]),
+                "halo_bytes_all_ranks": count_sum(sent, self.ctx),
                 "exchanges_per_step": traffic["exchanges"] / self.seq.num_train,
                 "eval_exchanges": traffic["eval_exchanges"]}
 
@@ -132,6 +134,11 @@ class DynamicTrainer(Loop):
         task = DynamicTask(model.to(ctx.device), seq, ctx, window, snapshot_group)
         super().__init__(model, task, ctx, weight_decay=weight_decay, **options)
         self.seq, self.num_nodes = seq, task.num_nodes
+
+    def fit(self, epochs: int, resume: bool = False) -> dict:
+        if resume and self.seq.stateful:
+            raise UsageError(RESUME_WITH_POLICY)
+        return super().fit(epochs, resume)
 
     def predict(self) -> torch.Tensor:
         return self.task.predict()

@@ -14,8 +14,8 @@ from gnn_dist.nn.dynamic import PyGSnapshot, detach_state
 from partition.dynamic import Snapshots
 
 
-def pyg_snapshots(seq: Snapshots, dtype=torch.float32) -> list[PyGSnapshot]:
-    return [PyGSnapshot(torch.from_numpy(np.stack([s.src, s.dst])), torch.from_numpy(s.weight).to(dtype))
+def pyg_snapshots(seq: Snapshots, dtype=torch.float32, device="cpu") -> list[PyGSnapshot]:
+    return [PyGSnapshot(torch.from_numpy(np.stack([s.src, s.dst])).to(device), torch.from_numpy(s.weight).to(device, dtype))
             for s in seq.snapshots]
 
 
@@ -23,11 +23,11 @@ class ReferenceRun:
     """Train and evaluate a PyG temporal model on a whole `Snapshots` sequence in one process."""
 
     def __init__(self, model: torch.nn.Module, seq: Snapshots, window: int, lr: float = 0.01,
-                 weight_decay: float = 0.0, dtype=torch.float32):
-        self.model, self.seq, self.window = model.to(dtype), seq, window
-        self.snaps = pyg_snapshots(seq, dtype)
-        self.x = torch.from_numpy(seq.x).to(dtype)
-        self.y = torch.from_numpy(seq.y).to(dtype) if seq.task == "regression" else torch.from_numpy(seq.y)
+                 weight_decay: float = 0.0, dtype=torch.float32, device="cpu"):
+        self.model, self.seq, self.window = model.to(device, dtype), seq, window
+        self.snaps = pyg_snapshots(seq, dtype, device)
+        self.x = torch.from_numpy(seq.x).to(device, dtype)
+        self.y = torch.from_numpy(seq.y).to(device, dtype if seq.task == "regression" else None)
         # as under DDP: a weight idle in a window still gets a zero gradient, and Adam's momentum moves it
         self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, weight_decay=weight_decay)
 

@@ -21,12 +21,13 @@ import torch.nn.functional as F
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import input_dropout_key
 from gnn_dist.runtime import transport
-from gnn_dist.runtime.collectives import all_sum
+from gnn_dist.runtime.collectives import count_sum
 from gnn_dist.runtime.exchange import HaloWait
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train.loop import Loop
 from partition.book import PartitionBook
 from partition.errors import UsageError
+from partition.store import LINK_FILE, read_root_file
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -46,16 +47,14 @@ class LinkTask:
 
     def __init__(self, model: torch.nn.Module, graph: LocalGraph, ctx: DistContext, partition: str | Path):
         self.model, self.graph, self.ctx = model, graph, ctx
-        f = Path(partition) / "link_edges.npz"
-        if not f.is_file():
-            raise UsageError(f"{partition} has no held-out edges: partition it with --link-split VAL,TEST")
         self.book = graph.book if graph.book is not None else PartitionBook(partition)
-        with np.load(f) as z:
-            self.held = {k: z[k] for k in z.files}
+        if LINK_FILE not in self.book.meta["sha256"]:
+            raise UsageError(f"{partition} has no held-out edges: partition it with --link-split VAL,TEST")
+        self.held = read_root_file(partition, LINK_FILE, self.book.meta, self.book.verify)
         rows = np.repeat(np.arange(graph.num_inner), np.diff(graph.indptr))
         self.pos_dst = torch.from_numpy(rows).to(ctx.device)
         self.pos_src = torch.from_numpy(graph.indices).to(ctx.device)
-        self.num_pos = int(all_sum(torch.tensor([float(rows.shape[0])]), ctx)[0])
+        self.num_pos = count_sum(rows.shape[0], ctx)
 
     def _embed_all(self) -> torch.Tensor:
         """Embeddings of inner and halo rows (halo rows fetched with autograd)."""

@@ -21,24 +21,14 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
-from gnn_dist.runtime.collectives import broadcast, sum_gradients, sync_parameters
+from gnn_dist.runtime import streams
+from gnn_dist.runtime.collectives import broadcast, count_sum, sum_gradients, sync_parameters
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train import checkpoint
 from gnn_dist.train.optim import make_optimizer, make_schedule
 from partition.errors import UsageError
-
-
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """Dropout stream per (seed, epoch, rank): a resumed run replays exactly the masks it would have drawn."""
-    return (seed * 1_000_003 + epoch * 7919 + rank) % (2**63 - 1)
-
-
-def input_key(seed: int, epoch: int) -> int:
-    """Input-dropout key per (seed, epoch), the same on every rank: ranks must drop a node's features alike."""
-    return (((seed * 1_000_003 + epoch + 1) * 0x9E3779B97F4A7C15) % 2**64) >> 1
 
 
 class Task(Protocol):
@@ -87,10 +77,11 @@ class Loop:
 
     # ------------------------------------------------------------------ steps
     def begin_epoch(self, epoch: int) -> int:
-        """Seed this epoch's per-rank dropout; returns its input-dropout key (the same on every rank)."""
-        torch.manual_seed(epoch_seed(self.seed, epoch, self.ctx.rank))
+        """Open this epoch's random streams (dropout, dither: per rank); returns its input-dropout key (the
+        same on every rank). The streams close when the epoch's `train_epoch` returns."""
+        streams.begin(self.seed, epoch, self.ctx.rank)
         self.model.train()
-        return input_key(self.seed, epoch)
+        return streams.input_key(self.seed, epoch)
 
     def step(self, loss_sum: torch.Tensor, count: float) -> float:
         """Backpropagate loss_sum / count, sum gradients over ranks, step; the loss sum over all ranks."""
@@ -102,16 +93,20 @@ class Loop:
 
     def train_epoch(self, epoch: int) -> float:
         graph = getattr(self.task, "graph", None)
-        if self.memory_report is not None and graph is not None:
-            from gnn_dist.train import memory
+        try:
+            if self.memory_report is not None and graph is not None:
+                from gnn_dist.train import memory
 
-            meter = memory.ActivationMeter(memory.known_storages(list(self.model.parameters()), graph.x))
-            with meter.measuring():
+                meter = memory.ActivationMeter(memory.known_storages(list(self.model.parameters()), graph.x))
+                with meter.measuring():
+                    loss = self.task.train_epoch(self, epoch)
+                memory.print_reports(memory.report(graph, self.model, self.opt, meter.bytes, self.memory_report),
+                                     self.ctx)
+                self.memory_report = None
+            else:
                 loss = self.task.train_epoch(self, epoch)
-            memory.print_reports(memory.report(graph, self.model, self.opt, meter.bytes, self.memory_report), self.ctx)
-            self.memory_report = None
-        else:
-            loss = self.task.train_epoch(self, epoch)
+        finally:
+            streams.end()
         if self.sched is not None:
             self.sched.step()
         return loss
@@ -138,9 +133,10 @@ class Loop:
             self._log(record)
             bar.set_postfix(loss=f"{loss:.4f}", s=f"{dt:.3f}",
                             **{self.task.monitor: f"{record[self.task.monitor]:.3f}"} if self.task.monitor in record else {})
+            stop = self.keep_best and self.task.monitor in record and self._track_best(epoch, record)
             if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:
-                self.save_checkpoint(epoch)
-            if self.keep_best and self.task.monitor in record and self._track_best(epoch, record):
+                self.save_checkpoint(epoch)  # after this epoch's best weights and patience are counted
+            if stop:
                 self._say(f"early stop at epoch {epoch}: {self.task.monitor} has not improved for {self.early_stop} "
                           f"evaluations (best {self.best['value']:.4f} at epoch {self.best['epoch']})")
                 break
@@ -162,7 +158,8 @@ class Loop:
             if self.ckpt:
                 whole = checkpoint.model_state(self.model, self.ctx)  # every rank: rank-local rows are gathered
                 if self.ctx.is_main:
-                    checkpoint.save_atomic({"epoch": epoch, "model": whole, self.task.monitor: value},
+                    checkpoint.save_atomic(checkpoint.stamped(checkpoint.BEST, epoch=int(epoch), metric=self.task.monitor,
+                                                              value=float(value), state=whole),
                                            self.ckpt.with_name("best.pt"))
             return False
         self.best["stale"] += 1
@@ -182,26 +179,58 @@ class Loop:
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, epoch: int) -> None:
-        """Every rank calls this (rank-local rows are gathered); rank 0 writes."""
+        """Every rank calls this (rank-local rows and every rank's exchange state are gathered); rank 0 writes."""
         model, opt = checkpoint.model_state(self.model, self.ctx), checkpoint.optimizer_state(self.opt, self.ctx)
+        ex = self._exchange()
+        exchange = checkpoint.gather_objects(ex.state_dict(), self.ctx) if ex is not None else None
+        best = None if not self.best else {"value": float(self.best["value"]), "epoch": int(self.best["epoch"]),
+                                           "stale": int(self.best["stale"]),
+                                           "state": checkpoint.model_state(self.model, self.ctx, self.best["model"])}
         if self.ctx.is_main:
-            checkpoint.save_atomic({"epoch": epoch, "seed": self.seed, "model": model, "optimizer": opt,
-                                    "schedule": self.sched.state_dict() if self.sched else None}, self.ckpt)
+            checkpoint.save_atomic(checkpoint.stamped(
+                checkpoint.CHECKPOINT, epoch=int(epoch), seed=int(self.seed), world_size=self.ctx.world_size,
+                model=model, optimizer=opt, schedule=self.sched.state_dict() if self.sched else None,
+                exchange=exchange, best=best), self.ckpt)
+
+    def _exchange(self):
+        """The exchange whose policy state checkpoints carry; None without one (one rank; snapshot sequences,
+        whose exchanges are per snapshot group, resume without theirs: `gnn_dist.train.dynamic`)."""
+        return getattr(getattr(self.task, "graph", None), "exchange", None)
 
     def _resume(self) -> int:
-        """Rank 0 reads the checkpoint and broadcasts it, so ranks need no shared filesystem."""
-        state = [None]
-        if self.ctx.is_main:
-            state[0] = checkpoint.load(self.ckpt) if self.ckpt and self.ckpt.exists() else {}
-        if self.ctx.world_size > 1:
-            dist.broadcast_object_list(state, 0)
-        if not state[0]:
+        """Model, optimiser, schedule, seed and (same rank count) the exchange's policy state, from rank 0's file."""
+        state, mine = checkpoint.receive(self.ckpt, self.ctx)
+        if not state:
             return 0
-        checkpoint.load_model_state(self.model, state[0]["model"])
-        checkpoint.load_optimizer_state(self.opt, state[0]["optimizer"])
-        if self.sched is not None and state[0].get("schedule"):
-            self.sched.load_state_dict(state[0]["schedule"])
-        return int(state[0]["epoch"]) + 1
+        checkpoint.load_model_state(self.model, state["model"])
+        checkpoint.load_optimizer_state(self.opt, state["optimizer"])
+        if self.sched is not None and state.get("schedule"):
+            self.sched.load_state_dict(state["schedule"])
+        self.seed = int(state["seed"])  # the run's random streams go on as they were
+        if state.get("best"):  # early stopping's patience and the best weights so far go on too
+            best = state["best"]
+            self.best = {"value": best["value"], "epoch": best["epoch"], "stale": best["stale"],
+                         "model": checkpoint.own_model_state(self.model, best["state"])}
+        self._resume_exchange(state, mine)
+        return int(state["epoch"]) + 1
+
+    def _resume_exchange(self, state: dict, mine: dict | None) -> None:
+        """Continue the exchange's policies where the checkpoint left them, on every rank or on none (the
+        adaptive bit table must agree everywhere); one line when they start afresh instead."""
+        ex, saved = self._exchange(), state.get("world_size")
+        if saved != self.ctx.world_size:
+            self._say(f"resumed on {self.ctx.world_size} ranks from a checkpoint of {saved}: model and optimiser "
+                      f"restored exactly; the exchange's policy state (stale blocks, skip references, adaptive "
+                      f"bit-widths, step count) starts afresh")
+            return
+        if ex is None or mine is None:
+            return
+        why = ex.state_mismatch(mine)
+        if count_sum(why is not None, self.ctx):
+            self._say(f"resumed from epoch {state['epoch']}: model and optimiser restored; the exchange's policy "
+                      f"state starts afresh ({why or 'another rank: its halo plan differs'})")
+            return
+        ex.load_state_dict(mine)
 
 
 def _append_error(log: Path, rank: int, message: str) -> None:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import input_dropout_key
 from gnn_dist.nn.norm import per_rank_batch_norms
-from gnn_dist.runtime.collectives import all_concat, all_sum
+from gnn_dist.runtime.collectives import all_concat, all_sum, count_sum
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train.loop import Loop
 from gnn_dist.train.metrics import roc_auc
@@ -30,7 +30,7 @@ class NodeTask:
             raise DataError(f"metric '{metric}' is not one gnn-dist computes (rocauc needs multi-label targets)")
         self.metric = metric or ("f1" if self.multilabel else "acc")
         self.monitor = f"val_{self.metric}"
-        self.num_train = int(all_sum(torch.tensor([float(graph.train_mask.sum())]), ctx)[0])
+        self.num_train = count_sum(int(graph.train_mask.sum()), ctx)
         if self.num_train == 0:
             raise DataError("no training nodes in the partition (train mask empty on every rank)")
         per_rank = per_rank_batch_norms(model)
@@ -83,7 +83,7 @@ class NodeTask:
             return {}
         halo = ex.epoch_metrics()
         sent = sum(sum(c["bytes"]) for k, c in halo.items() if not k.endswith("eval"))
-        return {"halo": halo, "halo_bytes_all_ranks": int(all_sum(torch.tensor([float(sent)]), self.ctx)[0])}
+        return {"halo": halo, "halo_bytes_all_ranks": count_sum(sent, self.ctx)}
 
     def finish(self) -> None:
         if self.graph.exchange is not None:

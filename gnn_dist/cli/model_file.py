@@ -1,0 +1,58 @@
+"""A saved model (`train --save-model`): the model's name and shape, and its weights; what `predict` rebuilds.
+
+The file records the model, not the command line: renaming a flag does not
+break old files, and nothing but data is read back (`gnn_dist.train.checkpoint.read`).
+A user's model is code, and a file could name any code: predict imports
+a model only when the command line names it again (`--model SPEC`), and
+only if that is the name the file was saved with.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from partition.errors import UsageError
+
+# the model's spec: field -> the types its value may have (a file with anything else is refused)
+FIELDS = {"name": (str,), "hidden": (int,), "layers": (int,), "heads": (int,), "dropout": (float, int),
+          "num_bases": (int,), "task": (str,), "embedding_dim": (int, type(None)), "normalize_features": (bool,)}
+
+
+def spec(args: argparse.Namespace) -> dict:
+    """What rebuilds the model a run trained: `--model` and the flags that shape it (plain values)."""
+    values = {"name": args.model, **{k: getattr(args, k) for k in FIELDS if k != "name"}}
+    return {k: (float(v) if k == "dropout" else v) for k, v in values.items()}
+
+
+def write(path: str | Path, args: argparse.Namespace, state: dict) -> None:
+    """The trained weights (complete, on rank 0) and the spec, atomically."""
+    from gnn_dist.train.checkpoint import MODEL, save_atomic, stamped
+
+    save_atomic(stamped(MODEL, model=spec(args), state={k: v.cpu() for k, v in state.items()}), path)
+
+
+def read(path: str | Path, named: str | None) -> tuple[argparse.Namespace, dict]:
+    """(the flags that rebuild the model, its weights); `named`: predict's --model, None if not given.
+
+    One line if the file is not a model file, if --model differs from the file's model, or if the file's
+    model is a user's and --model does not name it (nothing is imported before that check).
+    """
+    import torch
+
+    from gnn_dist.nn.registry import REGISTRY, check
+    from gnn_dist.train import checkpoint
+
+    saved = checkpoint.read(path, checkpoint.MODEL)
+    model, state = saved.get("model"), saved.get("state")
+    bad = [k for k, types in FIELDS.items() if not isinstance(model, dict) or type(model.get(k)) not in types]
+    if bad or not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise UsageError(f"{path} is not a complete gnn-dist model file ({'field ' + bad[0] if bad else 'weights'})")
+    name = model["name"]
+    if named is not None and named != name:
+        raise UsageError(f"--model {named} does not match the model {path} was saved with ({name})")
+    if named is None and name not in REGISTRY:
+        raise UsageError(f"{path} was saved with your own model {name}; gnn-dist imports no code that a file names: "
+                         f"pass --model {name} to run it")
+    check(name)  # a user's model, named on the command line: importable from here?
+    rebuild = {k: v for k, v in model.items() if k in FIELDS and k != "name"}
+    return argparse.Namespace(model=name, seed=0, **rebuild), state
