@@ -164,6 +164,7 @@ class Sentinel:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 self._event(line.decode())
+        os.close(self._evt_r)
         if not self._stopping and self.ready.is_set() and self.failure is None:
             self._tell(Failure(self.spec.rank, LOST, "its heartbeat process ended"))
 
