@@ -98,8 +98,11 @@ def test_dynamic_model_on_static_partition(tmp_path):
 
 
 @pytest.mark.parametrize("data,needle", [
-    ({"edge_mapping": {"edge_index": {}, "edge_weight": {}}, "time_periods": 10,
+    ({"edge_mapping": {"edge_index": {str(t): [[0, 1]] for t in range(10)},
+                       "edge_weight": {str(t): [1.0] for t in range(10)}}, "time_periods": 10,
       "y": [[1.0] * 5] * 6 + [[1.0] * 4] + [[1.0] * 5] * 3}, "time period 6 has 4 nodes, period 0 has 5"),
+    ({"edge_mapping": {"edge_index": {}, "edge_weight": {}}, "time_periods": 10, "y": [[1.0] * 5] * 10},
+     "time_periods is 10 but 'edge_mapping.edge_index' holds 0 periods"),
     ({"edges": [[0, 1], [1, 25]], "FX": [[0.0] * 20] * 8}, "snapshot 0: edge target id 25 is out of range for 20 nodes"),
     ({"edges": [[0, 1]], "FX": [[0.0] * 3] * 4}, "the snapshot sequence is empty"),
     ({"edges": [[0, 1]]}, "no PyG-Temporal layout has its keys (edges); expected e.g. 'edges' and 'FX'"),
