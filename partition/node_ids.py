@@ -70,7 +70,12 @@ class NodeIds:
     def in_degree(self, relabel: bool) -> np.ndarray:
         """In-degree of every node: by compact id when relabelling, else of ids 0..max(declared, top)-1."""
         if not relabel:
-            return self.deg
+            if self.dense:
+                return self.deg
+            # counted sparsely (an early chunk's large id) but dense enough by the end: top <= 2 * distinct
+            deg = np.zeros(max(self.top, self.declared), np.int64)
+            deg[self.ids] = self.counts
+            return deg
         return self.deg[self.seen] if self.dense else self.counts
 
     def mapper(self):

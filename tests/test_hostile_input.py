@@ -101,6 +101,21 @@ def test_sparse_chunks_build_the_same_graph_as_dense_ones(tmp_path):
     assert sorted(zip(*(a.tolist() for a in g.edge_index()))) == expect
 
 
+def test_ids_counted_sparsely_then_dense_enough_stay_as_they_are(tmp_path, monkeypatch):
+    """A first chunk whose large id switches counting to sparse, and later chunks that fill the ids in: no
+    relabelling (the largest id is within twice the distinct ones), the graph of the same edges in one chunk."""
+    from gnn_dist.data import load_dataset
+    from partition import node_ids
+
+    monkeypatch.setattr(node_ids, "DENSE_FLOOR", 16)
+    np.save(tmp_path / "a.npy", np.array([[0, 40]]))  # 41 > max(16, 2 * 2 ids): counted sparsely from here
+    np.save(tmp_path / "b.npy", np.stack([np.arange(40), np.arange(1, 41)], 1))  # every id up to 40
+    g = load_dataset(f"edges:{tmp_path}")
+    assert g.num_nodes == 41 and g.original_ids is None
+    edges = np.r_[np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")]
+    assert sorted(zip(*(a.tolist() for a in g.edge_index()))) == sorted(map(tuple, edges.tolist()))
+
+
 @pytest.mark.parametrize("name,content,needle", [
     ("empty.csv", "", "holds no edges"),
     ("header.csv", "src,dst\n", "holds no edges"),
