@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gnn_dist.train import checkpoint
+from partition.errors import UsageError
 from tests.conftest import ROOT, cli_partition, one_error_line
 from tests.conftest import run_cli as _run_cli
 
@@ -122,3 +123,26 @@ def test_a_file_of_the_old_schema_names_its_version(karate1, tmp_path, monkeypat
     r = predict(tmp_path, "--partition", str(karate1), "--model-file", str(tmp_path / "old.pt"),
                 monkeypatch=monkeypatch, capsys=capsys)
     one_error_line(r, "is a version-1 model file")
+
+
+def test_a_checkpoint_of_another_model_is_one_line(karate1, tmp_path):
+    """Resuming with flags that shape another model (here --hidden) is the user's mismatch, not an error in
+    gnn-dist's code: one line naming the checkpoint and the first mismatch, exit 2 (was exit 1, blaming
+    checkpoint.py, with torch's header line only)."""
+    ckpt = tmp_path / "ck"
+    common = ["train", "--partition", str(karate1), "--epochs", "1", "--quiet", "--checkpoint-dir", str(ckpt)]
+    assert run_cli(*common, "--checkpoint-every", "1").returncode == 0
+    r = run_cli(*common, "--resume", "--hidden", "8")
+    one_error_line(r, "does not fit this model: size mismatch for", strict=False)
+    assert str(ckpt / "checkpoint.pt") in r.stderr
+
+
+def test_an_optimiser_state_of_another_optimiser_is_one_line():
+    w = torch.nn.Parameter(torch.ones(3))
+    adam = torch.optim.Adam([w])
+    w.grad = torch.ones(3)
+    adam.step()
+    sgd = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+    with pytest.raises(UsageError, match="holds the state of another optimiser than this run's --optimizer sgd"):
+        checkpoint.load_optimizer_state(sgd, checkpoint.optimizer_state(adam, types.SimpleNamespace(world_size=1)),
+                                        "checkpoint ck")

@@ -61,10 +61,7 @@ def run(args: argparse.Namespace) -> int:
     model = build_user_or_builtin(t, ctx, graph, meta, width)
     if args.output == "embeddings" and not registry.accepts_embed(model):
         raise UsageError(f"--output embeddings needs a model whose forward takes embed=True; {t.model}'s does not")
-    try:
-        load_model_state(model, weights)
-    except RuntimeError as e:
-        raise UsageError(f"{args.model_file} does not fit this partition: {str(e).splitlines()[0]}") from None
+    load_model_state(model, weights, f"{args.model_file} (on this partition)")
     model.to(ctx.device).eval()  # eval mode under no_grad: exact messages
     with torch.no_grad():
         out = model(graph.x, graph, embed=True) if args.output == "embeddings" else model(graph.x, graph)

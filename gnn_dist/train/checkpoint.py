@@ -123,12 +123,25 @@ def own_model_state(model: torch.nn.Module, state: dict) -> dict:
     return state
 
 
-def load_model_state(model: torch.nn.Module, state: dict) -> None:
-    """Load a state dict whose rank-local tables are whole: this rank takes its own rows."""
-    model.load_state_dict(own_model_state(model, state))
+def load_model_state(model: torch.nn.Module, state: dict, source: str = "the saved state") -> None:
+    """Load a state dict whose rank-local tables are whole: this rank takes its own rows.
+
+    A state that does not fit (another model, other flags that shape it, another graph's widths) is
+    the user's file or flags, not the code: one line (UsageError) naming `source` and the first mismatch.
+    """
+    try:
+        model.load_state_dict(own_model_state(model, state))
+    except RuntimeError as e:  # torch's "Error(s) in loading state_dict for GNN:", then one line per mismatch
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise UsageError(f"{source} does not fit this model: {(lines[1:] or lines or ['?'])[0][:300]}") from None
 
 
-def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:
+def load_optimizer_state(opt: torch.optim.Optimizer, state: dict, source: str = "the saved state") -> None:
+    """Load an optimiser state saved by `optimizer_state`; one line if another optimiser saved it."""
+    keys = {k for group in state.get("param_groups", []) for k in group if k != "params"}
+    if keys != {k for group in opt.param_groups for k in group if k != "params"}:
+        raise UsageError(f"{source} holds the state of another optimiser than this run's --optimizer "
+                         f"{type(opt).__name__.lower()}")
     params = [p for group in opt.param_groups for p in group["params"]]
     state = {**state, "state": dict(state["state"])}
     for i, p in _local(params):

@@ -202,8 +202,8 @@ class Loop:
         state, mine = checkpoint.receive(self.ckpt, self.ctx)
         if not state:
             return 0
-        checkpoint.load_model_state(self.model, state["model"])
-        checkpoint.load_optimizer_state(self.opt, state["optimizer"])
+        checkpoint.load_model_state(self.model, state["model"], f"checkpoint {self.ckpt}")
+        checkpoint.load_optimizer_state(self.opt, state["optimizer"], f"checkpoint {self.ckpt}")
         if self.sched is not None and state.get("schedule"):
             self.sched.load_state_dict(state["schedule"])
         self.seed = int(state["seed"])  # the run's random streams go on as they were
