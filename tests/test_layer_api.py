@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import gnn_dist as gd
@@ -245,3 +246,23 @@ def test_a_broken_collective_is_told_apart_from_a_user_error():
         assert not is_collective_failure(e)
         line = describe_user_error(e)
         assert line.startswith("RuntimeError in ") and "test_layer_api.py" in line and "\n" not in line
+
+
+def test_ctrl_c_in_a_collective_is_an_interrupt_not_a_lost_peer(monkeypatch):
+    """mpiexec hands Ctrl-C to every rank, most of them inside a collective's wait: a README-style script's
+    ranks each waited 3 s for a failed peer, then printed `collective failed: KeyboardInterrupt` and left
+    with 1; they leave at once with 130, as the CLI does."""
+    from gnn_dist.runtime import launch
+
+    ctx = launch.DistContext(0, 2, 0, 2, torch.device("cpu"), "gloo", launcher="torchrun")
+    left = []
+
+    def fail(message, code=1, publish=False):
+        left.append((message, code, publish))
+        raise SystemExit(code)
+
+    monkeypatch.setattr(ctx, "fail", fail)
+    monkeypatch.setattr(launch, "is_collective_failure", lambda exc: True)  # interrupted inside a wait()
+    with pytest.raises(SystemExit):
+        ctx.leave_on(KeyboardInterrupt())
+    assert left == [("interrupted", 130, True)]

@@ -86,7 +86,11 @@ class DistContext:
         (quietly with a peer's own code, or naming a lost rank). Anything else
         is this rank's own error: one line (the traceback before it with
         GNN_DIST_DEBUG=1), published so that every peer leaves with its code.
+        Ctrl-C is neither: mpiexec hands it to every rank, most of them waiting in
+        a collective; each leaves at once with 130, as the CLI does.
         """
+        if isinstance(exc, KeyboardInterrupt):
+            self.fail(describe_user_error(exc), code=exit_code(exc), publish=True)
         if is_collective_failure(exc):
             peer = self.sentinel.wait_failure(3.0) if self.sentinel is not None else None
             if peer is not None and peer.rank != self.rank:
