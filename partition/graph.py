@@ -39,6 +39,7 @@ class Graph:
         self.indices = np.ascontiguousarray(self.indices, dtype=np.int64)
         self.x = np.ascontiguousarray(self.x, dtype=np.float32)
         # one class per node (int64, -1 = no label), or multi-label targets: (N, C) of 0/1 (float32)
+        check_integral_labels(f"graph {self.name}", self.y)
         self.y = np.ascontiguousarray(self.y, dtype=np.float32 if np.ndim(self.y) == 2 else np.int64)
         for m in ("train_mask", "val_mask", "test_mask"):
             setattr(self, m, np.ascontiguousarray(getattr(self, m), dtype=bool))
@@ -171,6 +172,16 @@ class Graph:
             raise DataError(f"graph {self.name}: node_type has {self.node_type.shape[0]} entries for {n} nodes")
         if self.original_ids is not None and np.shape(self.original_ids) != (n,):
             raise DataError(f"graph {self.name}: {np.shape(self.original_ids)} original ids for {n} nodes")
+
+
+def check_integral_labels(what: str, y) -> None:
+    """Classes stored as floats (1.0) are read as integers; a fraction or NaN would be truncated silently."""
+    y = np.asarray(y)
+    if y.ndim == 1 and np.issubdtype(y.dtype, np.floating):
+        bad = ~np.isfinite(y) | (y != np.floor(y))
+        if bad.any():
+            raise DataError(f"{what}: label {y[bad][0]} at node {int(np.argmax(bad))} is not a class "
+                            f"number (an integer, or -1 for a node without a label)")
 
 
 def check_labels(what: str, y: np.ndarray, num_classes: int, given: bool, masks) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from partition.errors import DataError, UsageError
-from partition.graph import Graph, _check_ids, check_labels
+from partition.graph import Graph, _check_ids, check_integral_labels, check_labels
 
 
 def parse_edge_type(s: str) -> tuple[str, str, str]:
@@ -44,6 +44,7 @@ class TypedGraph:
     num_classes: int = field(default=0)
 
     def __post_init__(self) -> None:
+        check_integral_labels(f"{self.name}: target type '{self.target}'", self.y)
         self.y = np.ascontiguousarray(self.y, dtype=np.int64)
         self.x = {t: np.ascontiguousarray(v, dtype=np.float32) for t, v in self.x.items()}
         self.classes_given = bool(self.num_classes)

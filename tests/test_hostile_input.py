@@ -157,9 +157,10 @@ def _labelled(tmp_path, y, **extra):
     ({5: 9}, {"num_classes": 7}, "label 9 at node 5 is out of range for 7 classes"),
     ({5: -2}, {}, "label -2 at node 5 is negative"),
     ({5: -1}, {"train_mask": np.arange(40) < 20}, "node 5 is in the train mask but has no label (-1)"),
+    ({5: 1.5}, {}, "label 1.5 at node 5 is not a class number"),
 ])
 def test_labels_out_of_range_are_one_line(tmp_path, change, extra, needle):
-    y = np.arange(40) % 7
+    y = (np.arange(40) % 7).astype(np.float64 if any(isinstance(v, float) for v in change.values()) else np.int64)
     for node, label in change.items():
         y[node] = label
     r = _partition_here(tmp_path, f"file:{_labelled(tmp_path, y, **extra)}")
