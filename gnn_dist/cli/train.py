@@ -50,6 +50,19 @@ def add_parser(sub) -> None:
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
     add_loop_flags(p)
     add_dynamic_flags(p)
+    add_launch_flags(p)
+    p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
+    p.add_argument("--memory-report", action="store_true",
+                   help="after the first epoch, print each rank's memory by what holds it: features, graph and "
+                        "operators, halo buffers, activations, parameters, optimizer state, runtime (static and "
+                        "typed graphs)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--debug", action="store_true", help="an error in model code prints its whole traceback")
+    p.set_defaults(run=run)
+
+
+def add_launch_flags(p) -> None:
+    """How the ranks start and meet: backend, halo transport, interface, timeouts."""
     p.add_argument("--backend", default=None, choices=["gloo", "nccl", "staged"],
                    help="default: nccl where each rank has a GPU of its own, staged where ranks share GPUs, gloo "
                         "without CUDA; gloo trains on the CPU; staged: GPUs with every collective through pinned "
@@ -62,14 +75,6 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
     p.add_argument("--heartbeat-timeout", type=float, default=60.0, metavar="S", help="a rank whose heartbeat "
                    "process is silent this long is lost (default 60; a busy or stopped rank keeps beating)")
-    p.add_argument("--no-verify", action="store_true", help="skip checksum verification of the partition files")
-    p.add_argument("--memory-report", action="store_true",
-                   help="after the first epoch, print each rank's memory by what holds it: features, graph and "
-                        "operators, halo buffers, activations, parameters, optimizer state, runtime (static and "
-                        "typed graphs)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--debug", action="store_true", help="an error in model code prints its whole traceback")
-    p.set_defaults(run=run)
 
 
 def add_exchange_flags(p) -> None:
