@@ -266,3 +266,25 @@ def test_ctrl_c_in_a_collective_is_an_interrupt_not_a_lost_peer(monkeypatch):
     with pytest.raises(SystemExit):
         ctx.leave_on(KeyboardInterrupt())
     assert left == [("interrupted", 130, True)]
+
+
+def test_the_builtin_exit_is_noted_like_sys_exit(monkeypatch):
+    """A script's `exit(3)` (site's builtin) outside `with gd.init()` must be seen at interpreter exit as
+    sys.exit(3) is: unnoted, the rank waited in close for peers blocked in a collective (a 2-rank job hung
+    past 200 s), and the line it prints names the script's line, not site's."""
+    import builtins
+    import io
+    import sys
+
+    from gnn_dist.runtime import failure, launch
+
+    for owner, name in ((sys, "exit"), (builtins, "exit"), (builtins, "quit"), (sys, "excepthook")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))  # put back after the test
+    monkeypatch.setattr(sys, "stdin", io.StringIO())  # site's exit closes stdin
+    monkeypatch.setattr(launch, "_EXIT", {})
+    launch._watch_exits()
+    with pytest.raises(SystemExit) as raised:
+        builtins.exit(3)
+    assert launch._EXIT["status"] == 3 and "test_layer_api.py" in launch._EXIT["where"]
+    assert failure.describe_user_error(raised.value).startswith("sys.exit(3) in ")
+    assert "test_layer_api.py" in failure.describe_user_error(raised.value)

@@ -54,7 +54,7 @@ def is_collective_failure(exc: BaseException) -> bool:
 def _user_frame(exc: BaseException):
     """The innermost frame of `exc`'s traceback outside torch and gnn-dist's runtime (layers and loops count)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    user = [f for f in frames if not f.filename.startswith(_PKG_DIRS)]
+    user = [f for f in frames if not f.filename.startswith(_PKG_DIRS + ("<frozen ",))]  # (site's exit(), quit())
     return (user or frames or [None])[-1]
 
 

@@ -15,6 +15,7 @@ MPICH's mpiexec reports the first non-zero code it sees (and ORs codes that arri
 from __future__ import annotations
 
 import atexit
+import builtins
 import datetime
 import gc
 import os
@@ -214,8 +215,10 @@ def _leave_on_uncaught(hook):
 
 
 def _noting_exit(exit_):
-    """sys.exit, noting its status and caller: SystemExit never reaches an excepthook, and an open context
-    must know at interpreter exit whether this rank is leaving on purpose with a non-zero code."""
+    """sys.exit (or the builtin exit and quit), noting its status and caller: SystemExit never reaches an
+    excepthook, and an open context must know at interpreter exit whether this rank is leaving on purpose
+    with a non-zero code (else it waits in close for peers that wait in a collective for it). A bare
+    `raise SystemExit(n)` outside `with gd.init()` is not seen: docs/layers.md."""
     def exit(status=None):  # noqa: A001 - stands in for sys.exit
         caller = sys._getframe(1)
         _EXIT.update(status=status, where=f" in {caller.f_code.co_filename}:{caller.f_lineno} "
@@ -228,9 +231,10 @@ def _watch_exits() -> None:
     if not getattr(sys.excepthook, "gnn_dist", False):
         sys.excepthook = _leave_on_uncaught(sys.excepthook)
         sys.excepthook.gnn_dist = True
-    if not getattr(sys.exit, "gnn_dist", False):
-        sys.exit = _noting_exit(sys.exit)
-        sys.exit.gnn_dist = True
+    for owner, name in ((sys, "exit"), (builtins, "exit"), (builtins, "quit")):  # builtins': site's, scripts use them
+        if hasattr(owner, name) and not getattr(getattr(owner, name), "gnn_dist", False):
+            setattr(owner, name, _noting_exit(getattr(owner, name)))
+            getattr(owner, name).gnn_dist = True
 
 
 def _torchrun_rendezvous() -> Rendezvous:
