@@ -12,7 +12,11 @@ Cases (4 ranks on Cora unless said):
 - kill: `gnn-dist train`, rank 2 killed with SIGKILL after 5 epochs;
 - stop: `gnn-dist train --heartbeat-timeout 2`, rank 1 stopped (SIGSTOP) for 5 s after 5 epochs, then
   continued: the run must finish;
-- pickle: `gnn-dist predict --model-file` (2 ranks) on a crafted .pt whose unpickling runs a command.
+- pickle: `gnn-dist predict --model-file` (2 ranks) on a crafted .pt whose unpickling runs a command;
+- hostile inputs and flags (scripts/fault_inputs.py): an edge list with an id of 2^31+5, an empty one,
+  labels of 99 and -1, PyG-Temporal files whose fields disagree (one `gnn-dist partition` process each,
+  launch "single"); `--model gat --staleness 1`; a resume under `--staleness 1` against the run straight
+  through; the hidden dropout masks of an int8 run against fp32's (2 ranks on Cora).
 
 Launches: `mpiexec -n P` (MPICH's hydra ends the other ranks itself once one exits non-zero, and
 reports the first non-zero code), and `direct`: one process per rank with torchrun's variables, this
@@ -21,13 +25,15 @@ script their parent, so every rank's own exit code is seen and nothing but gnn-d
 Columns: every rank's exit code (direct launch; -N: killed by signal N), mpiexec's code, seconds from
 the fault (the first error line, the first rank's exit, or the signal) until every process (ranks and
 their sentinels) is gone, whether anything aborted (`terminate called`, `Aborted`, a core, C++ log or
-backtrace lines), and the lines printed (hydra's banner left out).
+backtrace lines), and the lines printed (hydra's banner left out; for partition, its notes and errors only). A single
+process's peak resident memory (its VmHWM, read every 20 ms until it exits) is in the last column's note.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -38,8 +44,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import psutil
+from fault_inputs import input_cases, run_before, write_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -72,6 +80,11 @@ class Case:
     signal: str | None = None  # "kill" or "stop"
     log: Path | None = None
     marker: Path | None = None  # the pickle case: a file that exists only if the file's code ran
+    launches: tuple = ("mpiexec", "direct")  # "single": one plain process (partition)
+    limit_gb: float | None = None  # an address-space cap, so that a regression fails here, not the machine
+    before: list = field(default_factory=list)  # commands run first under mpiexec (untimed)
+    check: Callable[[], str] | None = None  # a note computed after the run
+    keep: str | None = None  # show only lines matching this (default: all but hydra's banner)
 
 
 @dataclass
@@ -98,7 +111,7 @@ def prepare(folder: Path) -> dict[str, Path]:
     (folder / "evil_maker.py").write_text(EVIL.format(marker=folder / "PWNED", path=folder / "evil.pt"))
     subprocess.run([sys.executable, str(folder / "evil_maker.py")], check=True)
     return {"cora4": folder / "cora-4", "cora2": folder / "cora-2", "trunc": folder / "truncated-4",
-            "user": USER_SCRIPT, "evil": folder / "evil.pt", "marker": folder / "PWNED"}
+            "user": USER_SCRIPT, "evil": folder / "evil.pt", "marker": folder / "PWNED", **write_inputs(folder)}
 
 
 def cases(p: dict[str, Path], folder: Path) -> list[Case]:
@@ -123,14 +136,19 @@ def cases(p: dict[str, Path], folder: Path) -> list[Case]:
     out.append(Case("pickle", 2, ["-m", "gnn_dist", "predict", "--partition", str(p["cora2"]), "--model-file",
                                   str(p["evil"]), "--out", str(folder / "pred.npy")],
                     "refused in one line, exit 2, the file's command never runs", marker=p["marker"]))
-    return out
+    return out + input_cases(_input_case, p, folder)
+
+
+def _input_case(name: str, ranks: int, argv: list[str], expect: str, **kw) -> Case:
+    keep = r"note:|warning:|error:" if kw.get("launches") == ("single",) else None
+    return Case(name, ranks, argv, expect, keep=keep, **kw)
 
 
 class Watch:
     """Timestamped output lines and every process seen under the launched ones (sentinels included)."""
 
     def __init__(self, procs: list[subprocess.Popen]):
-        self.procs, self.lines, self.seen = procs, [], {}
+        self.procs, self.lines, self.seen, self.peak_rss = procs, [], {}, 0
         self.t_first_exit: float | None = None
         self.threads = [threading.Thread(target=self._read, args=(p.stderr,), daemon=True) for p in procs]
         self.threads += [threading.Thread(target=self._read, args=(p.stdout,), daemon=True) for p in procs if p.stdout]
@@ -146,6 +164,7 @@ class Watch:
             try:
                 for c in [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True):
                     self.seen.setdefault(c.pid, c)
+                self.peak_rss = max(self.peak_rss, _high_water(p.pid))
             except psutil.Error:
                 pass
 
@@ -170,6 +189,15 @@ class Watch:
         return out
 
 
+def _high_water(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM, kept by the kernel), in bytes; 0 once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
+    except OSError:
+        return 0
+
+
 def _rank_of(proc: psutil.Process | None) -> int | None:
     try:
         env = proc.environ()
@@ -181,6 +209,11 @@ def _rank_of(proc: psutil.Process | None) -> int | None:
 
 def launch(case: Case, mode: str, cwd: Path) -> list[subprocess.Popen]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if mode == "single":
+        cap = None if case.limit_gb is None else lambda: resource.setrlimit(
+            resource.RLIMIT_AS, (int(case.limit_gb * 2**30),) * 2)
+        return [subprocess.Popen([sys.executable, *case.argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, preexec_fn=cap)]
     if mode == "mpiexec":
         return [subprocess.Popen([str(BIN / "mpiexec"), "-n", str(case.ranks), sys.executable, *case.argv], cwd=cwd,
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
@@ -203,6 +236,9 @@ def run_case(case: Case, mode: str, cwd: Path, timeout: float) -> Outcome:
         case.log.unlink()
     if case.marker is not None and case.marker.exists():
         case.marker.unlink()
+    failed = run_before(case.before, case.ranks, BIN / "mpiexec", dict(os.environ, PYTHONPATH=str(ROOT)), cwd)
+    if failed:
+        return Outcome(note=failed)
     procs = launch(case, mode, cwd)
     watch, t_fault, start = Watch(procs), None, time.monotonic()
     while time.monotonic() - start < timeout:
@@ -245,16 +281,20 @@ def outcome(case: Case, mode: str, procs, watch: Watch, t_fault, t_end, timed_ou
     errors = [t for t, line in watch.lines if "error:" in line]
     marks = [t for t in (t_fault, errors[0] if errors else None, watch.t_first_exit) if t is not None]
     o = Outcome(rc=procs[0].returncode if mode == "mpiexec" else None,
-                codes=[p.returncode for p in procs] if mode == "direct" else [],
+                codes=[p.returncode for p in procs] if mode != "mpiexec" else [],
                 seconds=None if case.signal == "stop" or not marks else t_end - min(marks),
                 aborted=bool(ABORT.search(text)) or any(p.returncode in (134, -6, 139, -11) for p in procs))
     o.lines = sorted({line for _, line in watch.lines if not BANNER.match(line) and "wrote " not in line
-                      and "final epoch" not in line})
+                      and "final epoch" not in line and (case.keep is None or re.search(case.keep, line))})
     if case.marker is not None:
         o.note = "the file's command RAN" if case.marker.exists() else "nothing ran"
     if case.signal:
         did = f"{'killed' if case.signal == 'kill' else 'stopped 5 s'}: rank {case.signal_rank}"
         o.note = did if t_fault is not None else "the signal was NOT sent (the run ended first)"
+    if case.check is not None:
+        o.note = case.check()
+    if mode == "single":
+        o.note = (o.note + "; " if o.note else "") + f"peak RSS {watch.peak_rss / 2**20:.0f} MB"
     if timed_out:
         o.note = (o.note + "; " if o.note else "") + "TIMED OUT"
     return o
@@ -276,12 +316,12 @@ def main() -> int:
     paths = prepare(folder)
     chosen = [c for c in cases(paths, folder)
               if a.only is None or any(c.name.startswith(o) for o in a.only.split(","))]
-    modes = ["mpiexec", "direct"] if a.launch == "both" else [a.launch]
+    modes = ["mpiexec", "direct", "single"] if a.launch == "both" else [a.launch, "single"]
     print("| case | expected | launch | exit code of each rank | mpiexec's code | s until all gone | aborted | "
           "lines printed |")
     print("|---|---|---|---|---|---|---|---|")
     for case in chosen:
-        for mode in modes:
+        for mode in (m for m in modes if m in case.launches):
             o = run_case(case, mode, folder, a.timeout)
             codes = " ".join(map(str, o.codes)) if o.codes else "(hydra's)"
             secs = "-" if o.seconds is None else f"{o.seconds:.2f}"
