@@ -25,12 +25,14 @@ script their parent, so every rank's own exit code is seen and nothing but gnn-d
 Columns: every rank's exit code (direct launch; -N: killed by signal N), mpiexec's code, seconds from
 the fault (the first error line, the first rank's exit, or the signal) until every process (ranks and
 their sentinels) is gone, whether anything aborted (`terminate called`, `Aborted`, a core, C++ log or
-backtrace lines), and the lines printed (hydra's banner left out; for partition, its notes and errors only). A single
-process's peak resident memory (its VmHWM, read every 20 ms until it exits) is in the last column's note.
+backtrace lines), and the lines printed, each once, "(xN)" before it where N processes printed it (hydra's
+banner left out; for partition, its notes and errors only). A single process's peak resident memory (its
+VmHWM, read every 20 ms until it exits) is in the last column's note.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import resource
@@ -284,8 +286,9 @@ def outcome(case: Case, mode: str, procs, watch: Watch, t_fault, t_end, timed_ou
                 codes=[p.returncode for p in procs] if mode != "mpiexec" else [],
                 seconds=None if case.signal == "stop" or not marks else t_end - min(marks),
                 aborted=bool(ABORT.search(text)) or any(p.returncode in (134, -6, 139, -11) for p in procs))
-    o.lines = sorted({line for _, line in watch.lines if not BANNER.match(line) and "wrote " not in line
-                      and "final epoch" not in line and (case.keep is None or re.search(case.keep, line))})
+    shown = collections.Counter(line for _, line in watch.lines if not BANNER.match(line) and "wrote " not in line
+                                and "final epoch" not in line and (case.keep is None or re.search(case.keep, line)))
+    o.lines = [f"(x{n}) {line}" if n > 1 else line for line, n in sorted(shown.items())]  # same line, several ranks
     if case.marker is not None:
         o.note = "the file's command RAN" if case.marker.exists() else "nothing ran"
     if case.signal:
