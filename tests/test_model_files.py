@@ -155,3 +155,12 @@ def test_an_optimiser_state_of_another_optimiser_is_one_line():
     with pytest.raises(UsageError, match="holds the state of another optimiser than this run's --optimizer sgd"):
         checkpoint.load_optimizer_state(sgd, checkpoint.optimizer_state(adam, types.SimpleNamespace(world_size=1)),
                                         "checkpoint ck")
+
+
+def test_a_checkpoint_missing_a_field_is_one_line(tmp_path):
+    """An edited or foreign file of the right format and version: one line naming the field, not a KeyError
+    in the loop (exit 1 on every rank)."""
+    torch.save(checkpoint.stamped(checkpoint.CHECKPOINT, epoch=3, seed=0, world_size=2, model={}, schedule=None,
+                                  exchange=None, best=None), tmp_path / "checkpoint.pt")
+    with pytest.raises(UsageError, match=r"is not a complete gnn-dist checkpoint \(field optimizer\)"):
+        checkpoint.read(tmp_path / "checkpoint.pt", checkpoint.CHECKPOINT)

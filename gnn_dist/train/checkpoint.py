@@ -31,6 +31,9 @@ from partition.errors import GnnDistError, UsageError
 MODEL, CHECKPOINT, BEST = "gnn-dist-model", "gnn-dist-checkpoint", "gnn-dist-best"  # the formats, by file
 VERSION = 2
 _WHAT = {MODEL: "model file (train --save-model)", CHECKPOINT: "checkpoint", BEST: "best-weights file"}
+# the fields a resume reads, by type (a model file's own spec is checked by gnn_dist.cli.model_file)
+_FIELDS = {CHECKPOINT: {"epoch": int, "seed": int, "world_size": int, "model": dict, "optimizer": dict,
+                        "schedule": (dict, type(None)), "exchange": (list, type(None)), "best": (dict, type(None))}}
 
 
 def stamped(fmt: str, **fields) -> dict:
@@ -64,6 +67,9 @@ def read(path: str | Path, fmt: str) -> dict:
         raise UsageError(f"{path} is not a gnn-dist {what}{other}")
     if obj.get("version") != VERSION:
         raise UsageError(f"{path} is a version-{obj.get('version')} {what}; this gnn-dist reads version {VERSION}")
+    bad = next((k for k, kind in _FIELDS.get(fmt, {}).items() if not isinstance(obj.get(k), kind)), None)
+    if bad is not None:  # an edited or foreign file: one line here, not a KeyError deep in a resume
+        raise UsageError(f"{path} is not a complete gnn-dist {what} (field {bad})")
     return obj
 
 
