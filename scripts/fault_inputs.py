@@ -39,8 +39,13 @@ for codec in ("fp32", "int8"):
     trainer.fit(4)
     drawn[codec], losses[codec] = list(masks), [r["loss"] for r in trainer.history]
 same = len(drawn["fp32"]) == len(drawn["int8"]) > 0 and all(map(np.array_equal, drawn["fp32"], drawn["int8"]))
-print(f"rank {ctx.rank}: {len(drawn['fp32'])} hidden dropout masks, int8's {'equal' if same else 'DIFFER FROM'} "
-      f"fp32's; losses {'differ' if losses['fp32'] != losses['int8'] else 'EQUAL'}", flush=True)
+mine = (len(drawn["fp32"]), same, losses["fp32"] != losses["int8"])
+every = [None] * ctx.world_size if ctx.rank == 0 else None
+torch.distributed.gather_object(mine, every, dst=0)  # one line from rank 0: ranks' lines would interleave
+if ctx.rank == 0:
+    print(f"masks per rank {[n for n, _, _ in every]}, int8's "
+          f"{'equal' if all(s for _, s, _ in every) else 'DIFFER FROM'} fp32's on every rank; losses "
+          f"{'differ' if every[0][2] else 'EQUAL'}", flush=True)
 ctx.close()
 """
 
