@@ -1,9 +1,10 @@
 """A user's script in the README's style whose one rank fails mid-training (tests/test_rank_errors.py,
 scripts/fault_table.py).
 
-Usage: python tests/fault_worker.py PARTITION FAIL_RANK raise|exit3 with|plain
-`raise`: ValueError in forward at epoch 3; `exit3`: sys.exit(3) there. `with`: the context is a `with` block;
-`plain`: gd.init() only, closed at interpreter exit.
+Usage: python tests/fault_worker.py PARTITION FAIL_RANK raise|exit3|raise-exit3 with|plain [TIMEOUT_S]
+`raise`: ValueError in forward at epoch 3; `exit3`: sys.exit(3) there; `raise-exit3`: a bare `raise SystemExit(3)`.
+`with`: the context is a `with` block; `plain`: gd.init() only, closed at interpreter exit. TIMEOUT_S: any
+collective's (default 120).
 """
 import sys
 
@@ -12,6 +13,7 @@ import torch
 import gnn_dist as gd
 
 FAIL_RANK, MODE, STYLE = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+TIMEOUT_S = float(sys.argv[5]) if len(sys.argv) > 5 else 120.0
 
 
 class Faulty(torch.nn.Module):
@@ -27,6 +29,8 @@ class Faulty(torch.nn.Module):
             if self.rank == FAIL_RANK and self.calls == 4:
                 if MODE == "exit3":
                     sys.exit(3)
+                if MODE == "raise-exit3":
+                    raise SystemExit(3)
                 raise ValueError("bad value at epoch 3")
         return self.inner(x, graph)
 
@@ -38,7 +42,7 @@ def train(ctx) -> None:
 
 
 if STYLE == "with":
-    with gd.init() as ctx:
+    with gd.init(timeout_s=TIMEOUT_S) as ctx:
         train(ctx)
 else:
-    train(gd.init())
+    train(gd.init(timeout_s=TIMEOUT_S))

@@ -123,3 +123,16 @@ def test_a_ranks_own_error_is_one_line_and_every_rank_leaves_with_its_code(parts
     else:
         assert run.procs[0].returncode == code, (case, run.procs[0].returncode, text)
     assert t_gone - lines[0][0] < 2.0, f"{t_gone - lines[0][0]:.2f} s from the line until every process was gone"
+
+
+def test_a_bare_system_exit_outside_with_ends_every_rank_within_the_collective_timeout(parts):
+    """`raise SystemExit(3)` outside `with gd.init()` is seen by nothing: the rank reaches the end of its script
+    while its peers wait in a collective for it. Meeting them at exit fails after the collective timeout (3 s
+    here), and that rank then fails on purpose, so every rank leaves (before: a hang, as MPI waits have no timeout)."""
+    run = launch(2, [WORKER, str(parts["good"]), "1", "raise-exit3", "plain", "3"], direct=False)
+    t0 = time.monotonic()
+    t_gone = run.wait(timeout=60)
+    text = "\n".join(line for _, line in run.lines)
+    assert run.procs[0].returncode == 1, (run.procs[0].returncode, text)
+    assert "[rank 1] gnn-dist: error: left its script while its peers were still running" in text, text
+    assert t_gone - t0 < 20, f"{t_gone - t0:.1f} s until every process was gone"

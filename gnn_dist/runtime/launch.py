@@ -160,7 +160,7 @@ class DistContext:
             halo_transport.release(self.halo_group)
         try:
             if self.distributed and clean:
-                self._meet()
+                self._meet_or_fail()
             if self.sentinel is not None:
                 self.sentinel.stop()
             if self.distributed and clean:
@@ -171,6 +171,18 @@ class DistContext:
             if self.distributed:
                 dist.destroy_process_group()
         gc.collect()
+
+    def _meet_or_fail(self) -> None:
+        """Meet the peers on the way out; peers that never come (they wait in a collective for a rank that left
+        its script early, e.g. by a bare `raise SystemExit` that nothing saw) make it this rank's failure, so
+        that they leave too, within the collective timeout, instead of waiting for ever."""
+        try:
+            self._meet()
+        except Exception as e:
+            if self.world_size > 1 and not isinstance(e, KeyboardInterrupt):
+                self.fail("left its script while its peers were still running (they did not reach the end within "
+                          "--timeout): a `raise SystemExit` outside `with gd.init()`?", code=1, publish=True)
+            raise
 
     def _meet(self) -> None:
         if self.backend == "gloo" and self.world_size > 1:
@@ -218,7 +230,8 @@ def _noting_exit(exit_):
     """sys.exit (or the builtin exit and quit), noting its status and caller: SystemExit never reaches an
     excepthook, and an open context must know at interpreter exit whether this rank is leaving on purpose
     with a non-zero code (else it waits in close for peers that wait in a collective for it). A bare
-    `raise SystemExit(n)` outside `with gd.init()` is not seen: docs/layers.md."""
+    `raise SystemExit(n)` outside `with gd.init()` is not seen: it fails when its exit meeting times out
+    (`DistContext._meet_or_fail`, docs/layers.md)."""
     def exit(status=None):  # noqa: A001 - stands in for sys.exit
         caller = sys._getframe(1)
         _EXIT.update(status=status, where=f" in {caller.f_code.co_filename}:{caller.f_lineno} "
