@@ -39,6 +39,7 @@ from gnn_dist.nn.dropout import input_dropout
 from gnn_dist.nn.message_passing import exchange_channel, provided_halo
 from gnn_dist.nn.norm import BatchNorm
 from gnn_dist.runtime.exchange import HaloWait
+from gnn_dist.runtime.transfers import Ready
 from partition.errors import UsageError
 
 # PyG norms whose statistics run over all the nodes a call sees: per rank they would differ from one process
@@ -184,9 +185,11 @@ class Distributed(nn.Module):
                     input_dropout(src, graph, 0.0, False)
                 channel = exchange_channel(graph, self)
                 pending = ex.start(src, channel)
+                if not graph.overlap:  # wait now; the autograd graph, so the order of sums, stays the same
+                    pending = Ready(pending.wait())
         results, last = [], len(plan["blocks"]) - 1
         for i, block in enumerate(plan["blocks"]):  # the last block reads the halo
-            if pending is not None and (i == last or not graph.overlap):
+            if pending is not None and i == last:
                 halo, pending = HaloWait.apply(src, pending, ex, channel), None
             if block.hi > block.lo or not last:
                 rows = torch.cat([src, halo]) if i == last and halo is not None else src
