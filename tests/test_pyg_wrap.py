@@ -17,8 +17,7 @@ import gnn_dist as gd
 from partition import assign_parts, build_parts, write_partition
 from partition.errors import UsageError
 from tests.conftest import run_worker
-from tests.pyg_wrap_cases import (
-    CLASSES, N, attention_reference, build, cases, edge_tensors, random_graph, readout, reference)
+from tests.pyg_wrap_cases import CLASSES, N, attention_reference, build, cases, edge_tensors, random_graph, readout, reference
 
 GRAPH = random_graph()
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -143,7 +142,7 @@ def test_a_layer_without_a_pair_is_one_line_pointing_to_ours(layer):
 
 
 def test_wrong_inputs_get_one_line():
-    from torch_geometric.nn import GraphNorm, GraphSAGE, GraphConv
+    from torch_geometric.nn import GraphConv, GraphNorm, GraphSAGE
 
     graph = gd.LocalGraph.from_graph(GRAPH)
     conv = gd.nn.Distributed(GraphConv(5, 2))
