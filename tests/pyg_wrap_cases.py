@@ -27,6 +27,23 @@ def random_graph() -> Graph:
                             edge_attr=rng.standard_normal((e, D_EDGE)).astype(np.float32), num_classes=CLASSES)
 
 
+def one_way_graph(parts: int) -> tuple[Graph, np.ndarray]:
+    """(graph, assignment): N nodes in `parts` blocks of ids, edges within a block or from a lower block to a
+    higher one only. Part 0 then has no halo and no marginal rows, yet sends rows, and must take their
+    gradients back: the all-to-all of a layer's backward needs every rank."""
+    g = random_graph()
+    part = (np.arange(N) * parts // N).astype(np.int32)
+    src, dst = g.edge_index()
+    keep = part[src] <= part[dst]
+    ones = np.ones(N, bool)
+    one_way = Graph.from_edges(src[keep], dst[keep], N, g.x, g.y, ones, ones, ones,
+                               edge_weight=g.edge_weight[keep], edge_attr=g.edge_attr[keep], num_classes=CLASSES)
+    return one_way, part
+
+
+ONE_WAY_CASES = ("SAGEConv", "GATConv")
+
+
 def _mlp(d_in: int) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(d_in, OUT), torch.nn.ReLU(), torch.nn.Linear(OUT, OUT))
 

@@ -1,10 +1,10 @@
 """Run under mpiexec by tests/test_pyg_wrap.py: every PyG layer and model of tests/pyg_wrap_cases.py, wrapped by
 gd.nn.Distributed, on this rank's part; then GAT's attention weights, PyG's wrapped and gnn-dist's own.
 
-Usage: mpiexec -n P python tests/pyg_wrap_worker.py OUT PARTITION
+Usage: mpiexec -n P python tests/pyg_wrap_worker.py OUT PARTITION ONE_WAY_PARTITION
 Writes OUT/<case>-rank<R>.npz: global ids and output of this rank's rows, the input gradient of those rows (layers),
 and parameter gradients summed over ranks; OUT/attention-<kind>-rank<R>.npz: this rank's edges in global ids and
-their weights.
+their weights; OUT/one-way-<case>-rank<R>.npz: ONE_WAY_CASES on the one-way partition (a rank without halo).
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import gnn_dist as gd
 from gnn_dist.graph.load import load_partition
 from gnn_dist.runtime.collectives import all_sum
 from gnn_dist.runtime.launch import init
-from tests.pyg_wrap_cases import F_IN, OUT, build, cases, edge_tensors, readout
+from tests.pyg_wrap_cases import F_IN, ONE_WAY_CASES, OUT, build, cases, edge_tensors, readout
 
 
-def run_case(name: str, graph, ctx, out_dir: Path) -> None:
+def run_case(name: str, graph, ctx, out_dir: Path, prefix: str = "") -> None:
     gids = torch.from_numpy(graph.global_ids[: graph.num_inner].astype(np.int64))
     kind = cases()[name][2]
     module = build(name) if kind == "port" else gd.nn.Distributed(build(name))
@@ -29,7 +29,7 @@ def run_case(name: str, graph, ctx, out_dir: Path) -> None:
     out = module(x, graph, **edge_tensors(name, graph.edge_features(), torch.from_numpy(graph.edge_weight)))
     readout(out, gids).backward()
     extra = {"grad_x": x.grad.numpy()} if x.requires_grad else {}
-    np.savez(out_dir / f"{name}-rank{ctx.rank}.npz", global_ids=gids.numpy(), out=out.detach().numpy(), **extra,
+    np.savez(out_dir / f"{prefix}{name}-rank{ctx.rank}.npz", global_ids=gids.numpy(), out=out.detach().numpy(), **extra,
              **{f"grad_{k}": all_sum(p.grad.clone(), ctx).numpy() for k, p in module.named_parameters()})
 
 
@@ -49,12 +49,15 @@ def attention(graph, ctx, out_dir: Path) -> None:
 
 
 def main() -> None:
-    out_dir, part = Path(sys.argv[1]), sys.argv[2]
+    out_dir, part, one_way = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     with init() as ctx:
         graph = load_partition(part, ctx)
         for name in cases():
             run_case(name, graph, ctx, out_dir)
         attention(graph, ctx, out_dir)
+        graph = load_partition(one_way, ctx)
+        for name in ONE_WAY_CASES:
+            run_case(name, graph, ctx, out_dir, prefix="one-way-")
 
 
 if __name__ == "__main__":

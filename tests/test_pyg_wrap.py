@@ -17,7 +17,19 @@ import gnn_dist as gd
 from partition import assign_parts, build_parts, write_partition
 from partition.errors import UsageError
 from tests.conftest import run_worker
-from tests.pyg_wrap_cases import CLASSES, N, attention_reference, build, cases, edge_tensors, random_graph, readout, reference
+from tests.pyg_wrap_cases import (
+    CLASSES,
+    ONE_WAY_CASES,
+    N,
+    attention_reference,
+    build,
+    cases,
+    edge_tensors,
+    one_way_graph,
+    random_graph,
+    readout,
+    reference,
+)
 
 GRAPH = random_graph()
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -45,10 +57,10 @@ def test_one_process_matches_pyg(references):
             np.testing.assert_allclose(p.grad.numpy(), ref[f"grad_{k}"], **TOL, err_msg=f"{name} {k}")
 
 
-def _partition(k: int, out) -> str:
-    parts = assign_parts(GRAPH, k, "metis")
-    write_partition(out, {"num_parts": k, "num_nodes": N, "num_edges": GRAPH.num_edges, "num_classes": CLASSES},
-                    parts, build_parts(GRAPH, parts, k))
+def _partition(k: int, out, graph=GRAPH, parts=None) -> str:
+    parts = assign_parts(graph, k, "metis") if parts is None else parts
+    write_partition(out, {"num_parts": k, "num_nodes": N, "num_edges": graph.num_edges, "num_classes": CLASSES},
+                    parts, build_parts(graph, parts, k))
     return str(out)
 
 
@@ -78,7 +90,9 @@ def _attention(out_dir, kind: str, world: int) -> dict:
 def test_wrapped_layers_equal_one_process(world, references, tmp_path):
     out_dir = tmp_path / "res"
     out_dir.mkdir()
-    run_worker(world, "pyg_wrap_worker.py", out_dir, _partition(world, tmp_path / "part"))
+    one_way, parts = one_way_graph(world)
+    run_worker(world, "pyg_wrap_worker.py", out_dir, _partition(world, tmp_path / "part"),
+               _partition(world, tmp_path / "one-way", one_way, parts), timeout=300)
     table = []
     for name in cases():
         got, ref = _gather(out_dir, name, world), references[name]
@@ -95,6 +109,11 @@ def test_wrapped_layers_equal_one_process(world, references, tmp_path):
         diff = max(_max_diff(got[e], want[e]) for e in want)
         assert diff <= 1e-6, (kind, diff)
         table.append((f"GATConv attention ({kind})", diff, float("nan")))
+    for name in ONE_WAY_CASES:  # part 0 without halo: its backward still joins the all-to-all, and all is exact
+        got, ref = _gather(out_dir, f"one-way-{name}", world), reference(name, one_way)
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], **TOL,
+                                       err_msg=f"one-way {name} {k} P={world}")
     for name, d_out, d_grad in table:
         print(f"| {name} | {world} | {d_out:.1e} | {d_grad:.1e} |")
 
