@@ -3,8 +3,8 @@
 Each model's settings run in one launch (tests/matrix_worker.py), on partitions shared by the module: an SBM
 (static), a typed SBM and a drifting SBM (dynamic). Exact settings must equal the single-process run; lossy
 ones must give finite losses that differ from fp32's (so the setting was applied). The model list is the
-registry's, plus rgcn's relation-aggregates-first exchange and a user's model file, so a model added to the
-registry joins the matrix by itself.
+registry's, plus rgcn's relation-aggregates-first exchange and users' model files (gnn-dist layers, and PyG's
+own wrapped by gd.nn.Distributed), so a model added to the registry joins the matrix by itself.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ DATA = {"static": "sbm:nodes=600,classes=4,avg_degree=6,homophily=0.8,features=1
         # features wider than 2 --hidden: EvolveGCN sends X W, which changes (X never does: staleness is void)
         "dynamic": "dsbm:nodes=200,communities=3,snapshots=6,avg_degree=5,drift=0.2,features=24,seed=2"}
 KIND_FLAGS = {"static": [], "typed": [], "dynamic": ["--window", "2", "--hidden", "8"]}  # dsbm: 4 training snapshots
-USER_MODEL = "examples/custom_layer.py:build"
+# users' model files: gnn-dist layers, and PyG's own classes wrapped by gd.nn.Distributed
+USER_MODELS = {"user-file": "examples/custom_layer.py:build", "pyg-file": "examples/pyg_model.py:build"}
 # the issue's list (32, Deliver 1): the registry must hold at least these, and the matrix must hold the registry
 NAMED = {"gcn", "sage", "gat", "gin", "rgcn", "hsage", "evolvegcn", "gcrn"}
 CODECS = ("fp16", "bf16", "int8", "int4", "int2", "adaptive")
@@ -35,7 +36,7 @@ def matrix_models() -> dict[str, tuple[str, list[str]]]:
     """name -> (kind of graph, flags that choose the model)."""
     models = {name: (entry.graph, ["--model", name]) for name, entry in REGISTRY.items()}
     models["rgcn-relagg"] = ("typed", ["--model", "rgcn", "--relagg"])
-    models["user-file"] = ("static", ["--model", str(ROOT / USER_MODEL)])
+    models.update({name: ("static", ["--model", str(ROOT / spec)]) for name, spec in USER_MODELS.items()})
     return models
 
 

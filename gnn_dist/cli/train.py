@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
                    help="static: gcn | sage | gat | gin; dynamic (a partition of snapshots): evolvegcn | gcrn; "
                         "typed (node and edge types): rgcn | hsage (GraphSAGE per relation, HeteroConv); "
                         "or your own, MODULE:FUNCTION or FILE.py:FUNCTION, where FUNCTION(num_features, "
-                        "num_classes, config) returns a model of gnn-dist layers (see examples/custom_layer.py)")
+                        "num_classes, config) returns a model of gnn-dist layers (see examples/custom_layer.py) "
+                        "or of PyG's own, wrapped by gd.nn.Distributed (examples/pyg_model.py)")
     p.add_argument("--num-bases", type=int, default=2, help="rgcn: basis matrices shared by the relations (0: none)")
     p.add_argument("--relagg", action="store_true",
                    help="rgcn: owners send per-relation partial aggregates instead of raw rows where the "

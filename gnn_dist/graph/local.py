@@ -18,6 +18,7 @@ from gnn_dist.runtime import kernels
 from gnn_dist.runtime.exchange import HaloExchange
 from partition.book import PartitionBook
 from partition.build import PartPlan, build_parts
+from partition.errors import DataError
 from partition.graph import Graph
 
 
@@ -216,19 +217,25 @@ class LocalGraph:
         return self._ops[key]
 
     def edges(self, loops: str = "keep", norm: str = "none", weighted: bool = True) -> dict:
-        """Edge lists of central and marginal rows for per-edge messages: (dst row in block, src col, weight,
-        features or None), destinations sorted.
+        """Edge lists of central and marginal rows for per-edge messages, and the layer's edge order.
+
+        "central" and "marginal": (dst row in block, src col, weight, features or None, position in the
+        layer's edge order), destinations sorted. "edge_index": [2, E'] part-local (source, destination)
+        in the layer's edge order; "inverse": block order -> layer order (`cat(blocks)[inverse]`).
 
         `loops`: "keep" the graph's edges; "replace" drops existing loops and adds one unit loop per
         inner node (PyG's remove + add_self_loops, GAT); "remaining" adds a unit loop where a node has
-        none (PyG's add_remaining_self_loops, GCN). Added loops get zero edge features. The weight is
-        the raw w (1 if not `weighted`), or with norm "gcn" w_ij / sqrt(d_i d_j) (loops: 1 / d_i).
+        none (PyG's add_remaining_self_loops, GCN). The layer's edge order is the stored edges' (CSR,
+        `edge_attr`'s), less the dropped loops, then the added loops by row, as PyG appends them. Added
+        loops get zero edge features. The weight is the raw w (1 if not `weighted`), or with norm "gcn"
+        w_ij / sqrt(d_i d_j) (loops: 1 / d_i).
         """
         key = (loops, norm, weighted)
         if key not in self._edges:
             rows, cols = self._rows(), self.indices
             w = self._values("sum", "gcn", weighted) if norm == "gcn" else self._weights(weighted)
             attr = self.edge_attr
+            order = np.arange(rows.shape[0])
             if loops != "keep":
                 keep = cols != rows if loops == "replace" else np.ones(rows.shape[0], bool)
                 loop = np.arange(self.num_inner) if loops == "replace" else \
@@ -240,14 +247,35 @@ class LocalGraph:
                 if attr is not None:
                     attr = np.concatenate([attr[keep], np.zeros((loop.shape[0], attr.shape[1]), np.float32)])
                 order = np.argsort(rows, kind="stable")
-                rows, cols, w = rows[order], cols[order], w[order]
-                attr = None if attr is None else attr[order]
-            split = int(np.searchsorted(rows, self.num_central))
-            t = lambda a, dt=torch.int64: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dt)
-            a = (lambda lo, hi: None) if attr is None else (lambda lo, hi: t(attr[lo:hi], torch.float32))
-            self._edges[key] = {
-                "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32), a(0, split)),
-                "marginal": (t(rows[split:] - self.num_central), t(cols[split:]), t(w[split:], torch.float32),
-                             a(split, rows.shape[0])),
-            }
+            self._edges[key] = self._edge_blocks(rows, cols, w, attr, order)
         return self._edges[key]
+
+    def _edge_blocks(self, rows: np.ndarray, cols: np.ndarray, w: np.ndarray, attr: np.ndarray | None,
+                     order: np.ndarray) -> dict:
+        """`edges()`'s dict from edges in the layer's order and `order`, the block order (destinations sorted)."""
+        t = lambda a, dt=torch.int64: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dt)
+        edge_index = t(np.stack([cols, rows]))
+        rows, cols, w = rows[order], cols[order], w[order]
+        attr = None if attr is None else attr[order]
+        split = int(np.searchsorted(rows, self.num_central))
+        a = (lambda lo, hi: None) if attr is None else (lambda lo, hi: t(attr[lo:hi], torch.float32))
+        return {
+            "central": (t(rows[:split]), t(cols[:split]), t(w[:split], torch.float32), a(0, split), t(order[:split])),
+            "marginal": (t(rows[split:] - self.num_central), t(cols[split:]), t(w[split:], torch.float32),
+                         a(split, rows.shape[0]), t(order[split:])),
+            "edge_index": edge_index, "inverse": t(np.argsort(order)),
+        }
+
+    def cache(self, key: tuple, make):
+        """`make()`, computed once per graph under `key`: what a layer derives from the topology (kept with
+        the edge lists, which the memory report counts)."""
+        if key not in self._edges:
+            self._edges[key] = make()
+        return self._edges[key]
+
+    def edge_features(self) -> torch.Tensor:
+        """The stored edge features `edge_attr` as a float32 tensor on the graph's device, in the stored
+        edges' order (CSR by destination): what a layer's per-edge input is given in."""
+        if self.edge_attr is None:
+            raise DataError("this graph has no edge features (edge_attr): the data set gave none")
+        return self.cache(("edge_features",), lambda: torch.from_numpy(self.edge_attr).to(self.device, torch.float32))

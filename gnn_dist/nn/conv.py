@@ -103,14 +103,32 @@ class GATConv(MessagePassing):
         for t in (self.lin.weight, self.att_src, self.att_dst):
             _glorot(t)
 
-    def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
-        h = self.lin(x).view(-1, self.heads, self.out_channels)
-        out = self.propagate(graph, x=h)
-        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
-        return out + self.bias if self.bias is not None else out
+    def forward(self, x: torch.Tensor, graph: LocalGraph, return_attention_weights: bool | None = None):
+        """Output rows; with `return_attention_weights` set (to anything, as in PyG), also
+        `(edge_index, alpha)`: part-local edges in the layer's order (`edge_index`) and their weights [E', heads].
 
-    def message(self, x_j: torch.Tensor, x_i: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
-        alpha = (x_j * self.att_src).sum(-1) + (x_i * self.att_dst).sum(-1)
-        alpha = segment_softmax(F.leaky_relu(alpha, self.negative_slope), index, dim_size)
-        alpha = dropout(alpha, self.dropout, self.training)
+        Asking for the weights costs one more exchange (heads columns): `edge_updater` computes them, and
+        the messages then read them as an edge input.
+        """
+        h = self.lin(x).view(-1, self.heads, self.out_channels)
+        if return_attention_weights is None:
+            out = self.propagate(graph, x=h)
+        else:
+            alpha = self.edge_updater(graph, a=((h * self.att_src).sum(-1), (h * self.att_dst).sum(-1)))
+            out = self.propagate(graph, x=h, alpha=alpha)
+        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        out = out + self.bias if self.bias is not None else out
+        return out if return_attention_weights is None else (out, (self.edge_index(graph), alpha))
+
+    def _attention(self, logits: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
+        alpha = segment_softmax(F.leaky_relu(logits, self.negative_slope), index, dim_size)
+        return dropout(alpha, self.dropout, self.training)
+
+    def edge_update(self, a_j: torch.Tensor, a_i: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
+        return self._attention(a_j + a_i, index, dim_size)
+
+    def message(self, x_j: torch.Tensor, x_i: torch.Tensor, index: torch.Tensor, dim_size: int,
+                alpha: torch.Tensor | None = None) -> torch.Tensor:
+        if alpha is None:
+            alpha = self._attention((x_j * self.att_src).sum(-1) + (x_i * self.att_dst).sum(-1), index, dim_size)
         return x_j * alpha.unsqueeze(-1)

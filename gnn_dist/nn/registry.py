@@ -3,8 +3,8 @@
 A built-in name maps to the kind of graph it runs on and a builder; a user's
 model is `build(num_features, num_classes, config)` in an importable module
 (`mypkg.models:build`, the working directory on the path) or a file
-(`path/to/model.py:build`), returning a module of gnn-dist layers that is
-called as `model(x, graph)`.
+(`path/to/model.py:build`), returning a module of gnn-dist layers (or of PyG's
+own, wrapped by `gd.nn.Distributed`) that is called as `model(x, graph)`.
 """
 from __future__ import annotations
 

@@ -1,0 +1,154 @@
+"""PyG's own layers and models, wrapped by gd.nn.Distributed: the cases shared by tests/test_pyg_wrap.py and its
+MPI worker (tests/pyg_wrap_worker.py), and the single-process PyG reference they are held to."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import gnn_dist as gd
+from partition.graph import Graph
+
+N, F_IN, D_EDGE, OUT, CLASSES = 80, 5, 3, 4, 3
+
+
+def random_graph() -> Graph:
+    """No duplicate edges (attention weights are compared per (source, destination)), self loops on some
+    nodes, nodes without in-edges, edge weights and edge features."""
+    rng = np.random.default_rng(11)
+    src, dst = rng.integers(0, N, 420), rng.integers(0, N - 5, 420)  # the last 5 nodes receive nothing
+    loops = np.arange(0, N, 5)
+    pairs = np.unique(np.stack([np.concatenate([src[src != dst], loops]), np.concatenate([dst[src != dst], loops])]),
+                      axis=1)
+    e = pairs.shape[1]
+    x = rng.standard_normal((N, F_IN)).astype(np.float32)
+    ones = np.ones(N, bool)
+    return Graph.from_edges(pairs[0], pairs[1], N, x, rng.integers(0, CLASSES, N), ones, ones, ones,
+                            edge_weight=rng.uniform(0.5, 1.5, e).astype(np.float32),
+                            edge_attr=rng.standard_normal((e, D_EDGE)).astype(np.float32), num_classes=CLASSES)
+
+
+def one_way_graph(parts: int) -> tuple[Graph, np.ndarray]:
+    """(graph, assignment): N nodes in `parts` blocks of ids, edges within a block or from a lower block to a
+    higher one only. Part 0 then has no halo and no marginal rows, yet sends rows, and must take their
+    gradients back: the all-to-all of a layer's backward needs every rank."""
+    g = random_graph()
+    part = (np.arange(N) * parts // N).astype(np.int32)
+    src, dst = g.edge_index()
+    keep = part[src] <= part[dst]
+    ones = np.ones(N, bool)
+    one_way = Graph.from_edges(src[keep], dst[keep], N, g.x, g.y, ones, ones, ones,
+                               edge_weight=g.edge_weight[keep], edge_attr=g.edge_attr[keep], num_classes=CLASSES)
+    return one_way, part
+
+
+ONE_WAY_CASES = ("SAGEConv", "GATConv")
+
+
+def _mlp(d_in: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(d_in, OUT), torch.nn.ReLU(), torch.nn.Linear(OUT, OUT))
+
+
+def _layers() -> dict:
+    """name -> (builder, the edge tensors its forward gets: names of graph fields)."""
+    import torch_geometric.nn as pyg
+
+    return {
+        "SAGEConv": (lambda: pyg.SAGEConv(F_IN, OUT), ()),
+        "GATConv": (lambda: pyg.GATConv(F_IN, OUT, heads=2), ()),
+        "GATConv-edge": (lambda: pyg.GATConv(F_IN, OUT, heads=2, edge_dim=D_EDGE), ("edge_attr",)),
+        "GATv2Conv": (lambda: pyg.GATv2Conv(F_IN, OUT, heads=2, edge_dim=D_EDGE), ("edge_attr",)),
+        "GINConv": (lambda: pyg.GINConv(_mlp(F_IN), train_eps=True), ()),
+        "GINEConv": (lambda: pyg.GINEConv(_mlp(F_IN), train_eps=True, edge_dim=D_EDGE), ("edge_attr",)),
+        "TransformerConv": (lambda: pyg.TransformerConv(F_IN, OUT, heads=2, edge_dim=D_EDGE), ("edge_attr",)),
+        "GraphConv": (lambda: pyg.GraphConv(F_IN, OUT), ("edge_weight",)),
+        "EdgeConv": (lambda: pyg.EdgeConv(_mlp(2 * F_IN)), ()),
+        "ResGatedGraphConv": (lambda: pyg.ResGatedGraphConv(F_IN, OUT), ()),
+    }
+
+
+def _models() -> dict:
+    from torch_geometric.nn import models
+
+    return {
+        "GraphSAGE": (lambda: models.GraphSAGE(F_IN, 8, num_layers=2, out_channels=CLASSES), ()),
+        "GAT": (lambda: models.GAT(F_IN, 8, num_layers=2, out_channels=CLASSES, heads=2), ()),
+        "GIN+BatchNorm": (lambda: models.GIN(F_IN, 8, num_layers=2, out_channels=CLASSES, norm="batch_norm"), ()),
+    }
+
+
+class GINEStyle(gd.nn.MessagePassing):  # docs/layers.md's edge-tensor example, verbatim
+    def __init__(self, mlp, d_in, d_edge):
+        super().__init__(aggr="sum")
+        self.nn, self.lin = mlp, torch.nn.Linear(d_edge, d_in)
+        self.eps = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x, graph, edge_attr):
+        e = self.lin(edge_attr)                 # one row per edge, in the stored order
+        return self.nn(self.propagate(graph, x=x, e=e) + (1 + self.eps) * x)
+
+    def message(self, x_j, e):                 # e: this block's edges' rows
+        return torch.relu(x_j + e)
+
+
+def _gine_port() -> torch.nn.Module:
+    """The docs' GINE-style layer with PyG's GINEConv's weights (the same parameter names)."""
+    twin = _layers()["GINEConv"][0]()  # first after the seed, as the reference is built
+    layer = GINEStyle(_mlp(F_IN), F_IN, D_EDGE)
+    layer.load_state_dict(twin.state_dict())
+    return layer
+
+
+def cases() -> dict:
+    """Every case: layers (the input needs a gradient, so halo gradients cross ranks), whole models (called on
+    the graph's own features, as the trainer calls them: the input cache), and the docs' GINE-style port
+    (gd.nn.MessagePassing with an edge tensor through propagate), held to PyG's GINEConv."""
+    return {**{k: (*v, "layer") for k, v in _layers().items()}, **{k: (*v, "model") for k, v in _models().items()},
+            "GINEStyle (port)": (_gine_port, ("edge_attr",), "port")}
+
+
+def build(name: str, reference: bool = False) -> torch.nn.Module:
+    """The case's module, with the same weights wherever it is built; train mode, no dropout anywhere.
+
+    A port's reference is the PyG layer it ports."""
+    torch.manual_seed(0)
+    if reference and cases()[name][2] == "port":
+        return _layers()["GINEConv"][0]()
+    return cases()[name][0]()
+
+
+def edge_tensors(name: str, attr: torch.Tensor, weight: torch.Tensor) -> dict:
+    return {k: {"edge_attr": attr, "edge_weight": weight}[k] for k in cases()[name][1]}
+
+
+def readout(out: torch.Tensor, gids: torch.Tensor) -> torch.Tensor:
+    """A loss whose gradient differs per node and column (tests/message_cases.py's)."""
+    from tests.message_cases import readout as message_readout
+
+    return message_readout(out, gids)
+
+
+def reference(name: str, g: Graph) -> dict:
+    """The unwrapped layer on the whole graph in one process, float64: output, input and parameter gradients."""
+    module = build(name, reference=True).double()
+    src, dst = g.edge_index()
+    ei = torch.stack([torch.from_numpy(src), torch.from_numpy(dst)]).long()
+    x = torch.from_numpy(g.x).double().requires_grad_(cases()[name][2] != "model")
+    edges = edge_tensors(name, torch.from_numpy(g.edge_attr).double(), torch.from_numpy(g.edge_weight).double())
+    out = module(x, ei, **edges)
+    readout(out, torch.arange(N)).backward()
+    res = {"out": out.detach().numpy(), **{f"grad_{k}": p.grad.numpy() for k, p in module.named_parameters()}}
+    if x.requires_grad:
+        res["grad_x"] = x.grad.numpy()
+    return res
+
+
+def attention_reference(g: Graph) -> dict:
+    """PyG's GATConv (2 heads) on the whole graph: {(global source, global destination): weights}."""
+    import torch_geometric.nn as pyg
+
+    torch.manual_seed(0)
+    conv = pyg.GATConv(F_IN, OUT, heads=2).double()
+    src, dst = g.edge_index()
+    ei = torch.stack([torch.from_numpy(src), torch.from_numpy(dst)]).long()
+    _, (edges, alpha) = conv(torch.from_numpy(g.x).double(), ei, return_attention_weights=True)
+    return {(int(s), int(d)): a for s, d, a in zip(*edges.numpy(), alpha.detach().numpy())}

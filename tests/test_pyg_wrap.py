@@ -1,0 +1,204 @@
+"""PyG's own layers and models across ranks (gd.nn.Distributed), edge tensors through propagate, and per-edge results
+(attention weights) in the part's edge order: against the same layer in one process, at P = 1, 2 and 4.
+
+One mpiexec launch per P runs every case (tests/pyg_wrap_worker.py); the in-process tests check the same cases on
+one process's LocalGraph, and what the wrapper refuses and keeps.
+"""
+from __future__ import annotations
+
+import copy
+import io
+
+import numpy as np
+import pytest
+import torch
+
+import gnn_dist as gd
+from partition import assign_parts, build_parts, write_partition
+from partition.errors import UsageError
+from tests.conftest import run_worker
+from tests.pyg_wrap_cases import (
+    CLASSES,
+    ONE_WAY_CASES,
+    N,
+    attention_reference,
+    build,
+    cases,
+    edge_tensors,
+    one_way_graph,
+    random_graph,
+    readout,
+    reference,
+)
+
+GRAPH = random_graph()
+TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def references():
+    return {name: reference(name, GRAPH) for name in cases()}
+
+
+def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max()) if a.size else 0.0
+
+
+def test_one_process_matches_pyg(references):
+    graph, gids = gd.LocalGraph.from_graph(GRAPH), torch.arange(N)
+    for name, (_, _, kind) in cases().items():
+        module = build(name) if kind == "port" else gd.nn.Distributed(build(name))
+        x = graph.x.clone().requires_grad_(True) if kind != "model" else graph.x
+        out = module(x, graph, **edge_tensors(name, graph.edge_features(), torch.from_numpy(graph.edge_weight)))
+        readout(out, gids).backward()
+        ref = references[name]
+        np.testing.assert_allclose(out.detach().numpy(), ref["out"], **TOL, err_msg=name)
+        for k, p in module.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), ref[f"grad_{k}"], **TOL, err_msg=f"{name} {k}")
+
+
+def _partition(k: int, out, graph=GRAPH, parts=None) -> str:
+    parts = assign_parts(graph, k, "metis") if parts is None else parts
+    write_partition(out, {"num_parts": k, "num_nodes": N, "num_edges": graph.num_edges, "num_classes": CLASSES},
+                    parts, build_parts(graph, parts, k))
+    return str(out)
+
+
+def _gather(out_dir, name: str, world: int) -> dict:
+    """Every rank's rows by global id; parameter gradients (already summed over ranks) from rank 0."""
+    rows: dict = {}
+    for rank in range(world):
+        z = np.load(out_dir / f"{name}-rank{rank}.npz")
+        for key in ("out", "grad_x"):
+            if key in z.files:
+                rows.setdefault(key, np.full((N,) + z[key].shape[1:], np.nan, z[key].dtype))[z["global_ids"]] = z[key]
+        if rank == 0:
+            rows.update({k: z[k] for k in z.files if k.startswith("grad_") and k != "grad_x"})
+    return rows
+
+
+def _attention(out_dir, kind: str, world: int) -> dict:
+    got = {}
+    for rank in range(world):
+        z = np.load(out_dir / f"attention-{kind}-rank{rank}.npz")
+        got.update({(int(s), int(d)): a for s, d, a in zip(z["src"], z["dst"], z["alpha"])})
+    return got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_wrapped_layers_equal_one_process(world, references, tmp_path):
+    out_dir = tmp_path / "res"
+    out_dir.mkdir()
+    one_way, parts = one_way_graph(world)
+    run_worker(world, "pyg_wrap_worker.py", out_dir, _partition(world, tmp_path / "part"),
+               _partition(world, tmp_path / "one-way", one_way, parts), timeout=300)
+    table = []
+    for name in cases():
+        got, ref = _gather(out_dir, name, world), references[name]
+        grads = [k for k in ref if k.startswith("grad_") and k != "grad_x"]
+        assert set(grads) <= set(got), (name, sorted(got))
+        np.testing.assert_allclose(got["out"], ref["out"], **TOL, err_msg=f"{name} P={world}")
+        for k in grads + (["grad_x"] if "grad_x" in ref else []):
+            np.testing.assert_allclose(got[k], ref[k], **TOL, err_msg=f"{name} {k} P={world}")
+        table.append((name, _max_diff(got["out"], ref["out"]), max(_max_diff(got[k], ref[k]) for k in grads)))
+    want = attention_reference(GRAPH)
+    for kind in ("wrapped", "own"):  # every edge once, loops included, and its weights
+        got = _attention(out_dir, kind, world)
+        assert got.keys() == want.keys(), (kind, len(got), len(want))
+        diff = max(_max_diff(got[e], want[e]) for e in want)
+        assert diff <= 1e-6, (kind, diff)
+        table.append((f"GATConv attention ({kind})", diff, float("nan")))
+    for name in ONE_WAY_CASES:  # part 0 without halo: its backward still joins the all-to-all, and all is exact
+        got, ref = _gather(out_dir, f"one-way-{name}", world), reference(name, one_way)
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], **TOL,
+                                       err_msg=f"one-way {name} {k} P={world}")
+    for name, d_out, d_grad in table:
+        print(f"| {name} | {world} | {d_out:.1e} | {d_grad:.1e} |")
+
+
+def test_state_dict_keys_stay_pygs_and_the_model_copies():
+    from torch_geometric.nn.models import GIN
+
+    model = build("GIN+BatchNorm")
+    keys = list(model.state_dict())
+    wrapped = gd.nn.Distributed(model)
+    assert wrapped is model and list(wrapped.state_dict()) == keys
+    assert all(type(m) is gd.nn.BatchNorm for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d))
+    assert type(model.convs[0]).__name__ == "DistributedGINConv" and isinstance(model.convs[0], gd.nn.Distributed)
+    plain = GIN(5, 8, num_layers=2, out_channels=CLASSES, norm="batch_norm")
+    plain.load_state_dict(wrapped.state_dict())  # the same weights load in plain PyG
+    for twin in (copy.deepcopy(model), _pickled(model)):
+        assert type(twin.convs[1]) is type(model.convs[1]) and list(twin.state_dict()) == keys
+    assert gd.nn.Distributed(model) is model  # twice is once
+
+
+def _pickled(model):
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+def test_own_self_loops_are_off_only_during_the_call():
+    from torch_geometric.nn import GATConv
+
+    conv = gd.nn.Distributed(GATConv(5, 2))
+    conv(torch.from_numpy(GRAPH.x), gd.LocalGraph.from_graph(GRAPH))
+    assert conv.add_self_loops is True
+
+
+@pytest.mark.parametrize("layer", ["GCNConv", "ChebConv"])
+def test_a_layer_without_a_pair_is_one_line_pointing_to_ours(layer):
+    import torch_geometric.nn as pyg
+
+    conv = pyg.GCNConv(5, 2) if layer == "GCNConv" else pyg.ChebConv(5, 2, K=2)
+    with pytest.raises(UsageError) as e:
+        gd.nn.Distributed(torch.nn.Sequential(torch.nn.Linear(5, 5), conv))
+    assert f"'1' {layer} takes no (x_src, x_dst) pair" in str(e.value) and "gd.nn.GCNConv" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_wrong_inputs_get_one_line():
+    from torch_geometric.nn import GraphConv, GraphNorm, GraphSAGE
+
+    graph = gd.LocalGraph.from_graph(GRAPH)
+    conv = gd.nn.Distributed(GraphConv(5, 2))
+    with pytest.raises(ValueError, match=f"'edge_weight' has 3 rows but this part has {GRAPH.num_edges} stored edges"):
+        conv(graph.x, graph, edge_weight=torch.ones(3))
+    with pytest.raises(TypeError, match=r"is called as \(x, graph, \.\.\.\): got Tensor where the graph goes"):
+        conv(graph.x, torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="sizes are the wrapper's"):
+        conv(graph.x, graph, size=(N, N))
+    with pytest.raises(UsageError, match="'norms.0' GraphNorm normalises over all the nodes"):
+        gd.nn.Distributed(GraphSAGE(5, 8, num_layers=2, norm=GraphNorm(8)))
+    with pytest.raises(UsageError, match="holds no torch_geometric conv"):
+        gd.nn.Distributed(torch.nn.Linear(2, 2))
+
+
+def test_an_edge_input_with_wrong_rows_names_both_counts():
+    from tests.pyg_wrap_cases import GINEStyle
+
+    graph = gd.LocalGraph.from_graph(GRAPH)
+    layer = GINEStyle(torch.nn.Identity(), 5, 3)
+    with pytest.raises(ValueError, match=f"'e' has 7 rows but this part has {N} inner rows or {GRAPH.num_edges} edges"):
+        layer.propagate(graph, x=graph.x, e=torch.zeros(7, 5))
+
+
+def test_edge_updater_gives_one_row_per_edge_in_the_layers_order():
+    """gd.nn.GATConv's weights (edge_updater) in edge_index's order, loops appended: PyG's, edge for edge."""
+    from torch_geometric.nn import GATConv
+
+    torch.manual_seed(0)
+    ref = GATConv(5, 4, heads=2)
+    own = gd.nn.GATConv(5, 4, heads=2)
+    own.load_state_dict(ref.state_dict())
+    graph = gd.LocalGraph.from_graph(GRAPH)
+    out, (edges, alpha) = own(graph.x, graph, return_attention_weights=True)
+    src, dst = GRAPH.edge_index()
+    ref_out, (ref_edges, ref_alpha) = ref(graph.x, torch.from_numpy(np.stack([src, dst])), return_attention_weights=True)
+    torch.testing.assert_close(edges, ref_edges)  # the same order: stored edges less loops, then one loop per node
+    torch.testing.assert_close(alpha, ref_alpha, **TOL)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(own(graph.x, graph), out, rtol=0, atol=1e-6)
