@@ -2,8 +2,9 @@
 
 global id -> owning part (`node_map.npy`), global id -> local id within the
 owner's inner rows, and back; each part's local rows (inner, then halo)
--> global ids; and global id -> the input's own id, where the edge-list
-loader compacted sparse ids (`original_ids.npy`). Local ids follow the local order of docs/design.md §2 (central,
+-> global ids; global id -> the input's own id, where the edge-list
+loader compacted sparse ids (`original_ids.npy`); and the drawn train/val/test
+split, gathered from the parts back into global ids (`split`). Local ids follow the local order of docs/design.md §2 (central,
 then marginal, then halo by owner), so local id i is `LocalGraph` row i.
 
 Everything is read through the store's checksums (`verify=False` skips them,
@@ -17,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from partition.errors import DataError
-from partition.store import ORIGINAL_IDS_FILE, read_local_ids, read_meta, read_node_map, read_root_file
+from partition.store import ORIGINAL_IDS_FILE, read_local_ids, read_masks, read_meta, read_node_map, read_root_file
+
+SPLIT_KEYS = ("train_mask", "val_mask", "test_mask")
 
 
 class PartitionBook:
@@ -53,6 +56,28 @@ class PartitionBook:
         g = self._check(gids)
         ids = self.original_ids
         return g if ids is None else np.asarray(ids[g], np.int64)
+
+    def target_range(self) -> tuple[int, int]:
+        """(first global id, count) of the nodes a split covers: every node, or a typed graph's target type."""
+        if self.meta.get("format_version") == 2:
+            return self.type_range(self.meta["node_types"].index(self.meta["target_type"]))
+        return 0, self.num_nodes
+
+    def split(self) -> dict[str, np.ndarray]:
+        """The split the partitioner stored, as boolean masks over every node in global-id order (typed
+        graphs: over the target type's nodes, in that type's own ids), gathered from every part's masks."""
+        if "num_snapshots" in self.meta:
+            raise DataError(f"{self.path} holds snapshots: they split by time ({self.meta['num_train_snapshots']} "
+                            f"of {self.meta['num_snapshots']} snapshots train), not by node")
+        masks = {k: np.zeros(self.num_nodes, bool) for k in SPLIT_KEYS}
+        for p in range(self.num_parts):
+            inner = self.inner_nodes(p)
+            for key, m in zip(SPLIT_KEYS, read_masks(self.path, p, self.meta, self.verify)):
+                if m.shape != inner.shape:
+                    raise DataError(f"{self.path}/part-{p}/masks.npz has {m.shape[0]} rows for {inner.shape[0]} inner nodes")
+                masks[key][inner] = m
+        lo, n = self.target_range()
+        return {k: m[lo:lo + n] for k, m in masks.items()}
 
     def adopt(self, part: int, global_ids: np.ndarray, num_inner: int) -> None:
         """Take a part's local rows already read (and verified) by the loader, instead of reading them again."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bz2
 import glob
 import gzip
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -102,8 +103,10 @@ def read_chunk(f: Path) -> tuple[np.ndarray, np.ndarray]:
         if layout is None:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         delim, header = layout
-        a = np.loadtxt(f, delimiter=delim, comments=("#", "%"), dtype=np.int64, usecols=(0, 1), skiprows=header,
-                       ndmin=2)
+        with warnings.catch_warnings():  # numpy 1.x reads '1.5' as 1, and ids beyond int64 as garbage, with a warning
+            warnings.filterwarnings("error", r"loadtxt\(\): Parsing an integer via a float", DeprecationWarning)
+            a = np.loadtxt(f, delimiter=delim, comments=("#", "%"), dtype=np.int64, usecols=(0, 1), skiprows=header,
+                           ndmin=2)
         return a[:, 0], a[:, 1]
     except DataError:
         raise

@@ -228,6 +228,18 @@ def read_local_ids(path: str | Path, part: int, meta: dict, verify: bool = True)
         raise PartitionFormatError(f"partition part {path / f'part-{part}'} cannot be read: {e}") from None
 
 
+def read_masks(path: str | Path, part: int, meta: dict, verify: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train, val, test) masks over one part's inner rows, in local order, after their checksum."""
+    path = Path(path)
+    if verify:
+        verify_files(path, meta, [f"part-{part}/masks.npz"])
+    try:
+        with np.load(path / f"part-{part}" / "masks.npz") as z:
+            return z["train"], z["val"], z["test"]
+    except (OSError, KeyError, ValueError) as e:
+        raise PartitionFormatError(f"partition part {path / f'part-{part}'} cannot be read: {e}") from None
+
+
 def read_part(path: str | Path, part: int, meta: dict | None = None, verify: bool = True) -> PartPlan:
     """Load part K as numpy arrays (features memory-mapped)."""
     path = Path(path)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", minversion="3.6")  # gnn_dist.runtime.kernels.TRITON_MIN: the `kernels` extra
 
 from gnn_dist.nn import dropout  # noqa: E402
 from gnn_dist.runtime import codec, kernels  # noqa: E402

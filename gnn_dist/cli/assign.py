@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
+from gnn_dist import progress
 from partition.errors import DataError, UsageError
 
 
@@ -31,6 +31,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the streaming order (default 0)")
     p.add_argument("--out", required=True, help="output .npy file: the part of every node, int32")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
+    progress.add_flag(p)
     p.set_defaults(run=run)
 
 
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--parts must be at least 1, got {args.parts}")
         if args.passes < 1:
             raise UsageError(f"--passes must be at least 1, got {args.passes}")
+        progress.flag_mode(args)
         if args.nodes is not None and args.nodes < 1:
             raise UsageError(f"--nodes must be at least 1, got {args.nodes}")
         if rank == 0 and out.exists() and not args.force:
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if rank == 0:
         sys.stderr.write(f"[gnn-dist] {len(files)} edge chunk file(s) over {size} rank(s); {args.method}, "
                          f"{args.passes} pass(es), {args.parts} parts\n")
-    bar = tqdm(desc="streaming", unit="round", file=sys.stderr, disable=None if rank == 0 else True, mininterval=1.0)
+    bar = progress.Progress(None, "streaming", "rounds", progress.flag_mode(args) if rank == 0 else "none")
     res = mpi_stream_parts(comm, files, args.parts, args.method, args.passes, args.seed, args.nodes,
                            on_round=bar.update)
     bar.close()

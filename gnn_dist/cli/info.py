@@ -12,6 +12,10 @@ def add_parser(sub) -> None:
     p.add_argument("path", nargs="?", help="partition directory")
     p.add_argument("--run", dest="run_log", default=None, metavar="LOG", help="summarise a training log (--log JSONL) instead")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of every file")
+    p.add_argument("--export-split", default=None, metavar="FILE",
+                   help="also write the stored train/val/test split as an .npz of boolean masks over every node in "
+                        "global ids (train_mask, val_mask, test_mask; typed graphs: the target type's nodes), plus "
+                        "original_ids where edges: compacted sparse ids, and held-out link-prediction pairs")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="also write a PNG: part sizes and halo volumes (a partition), or loss and accuracy curves (--run)")
     p.set_defaults(run=run)
@@ -41,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
           + ("" if args.no_verify else ", checksums ok"))
     if "stats" in meta:
         print(format_stats(meta["stats"], meta["parts"]))
+    if args.export_split:
+        print(export_split(args.path, meta, args.export_split, verify=not args.no_verify))
     if args.plot:
         from gnn_dist.cli.plots import plot_partition
 
@@ -63,6 +69,34 @@ def run(args: argparse.Namespace) -> int:
         for k, row in enumerate(meta["parts"]):
             print(f"  part {k}: {row['inner']} inner nodes, union halo {row['halo']}")
     return 0
+
+
+def export_split(path: str, meta: dict, out: str, verify: bool = True) -> str:
+    """Write the partition's split, in global ids, as an .npz a PyG user loads with `np.load` (written
+    through a temporary file and renamed); returns the line that says what was written."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from partition.book import PartitionBook
+    from partition.store import LINK_FILE, read_root_file, write_atomic
+
+    book = PartitionBook(path, meta, verify)
+    arrays: dict = book.split()
+    what = f"{arrays['train_mask'].shape[0]} nodes"
+    if meta.get("format_version") == 2:
+        arrays["target_type"] = np.array(meta["target_type"])
+        what = f"{what} of target type {meta['target_type']}"
+    if book.original_ids is not None:
+        arrays["original_ids"] = np.asarray(book.original_ids, np.int64)
+    if LINK_FILE in meta["sha256"]:
+        arrays.update({f"link_{k}": v for k, v in read_root_file(path, LINK_FILE, meta, verify).items()})
+    try:
+        write_atomic(Path(out), lambda f: np.savez(f, **arrays))
+    except OSError as e:
+        raise UsageError(f"cannot write the split to {out}: {e.strerror or e}") from None
+    counts = ", ".join(f"{k.split('_')[0]} {int(arrays[k].sum())}" for k in ("train_mask", "val_mask", "test_mask"))
+    return f"split ({counts} of {what}) written to {out}"
 
 
 def summarise_run(path: str) -> str:

@@ -6,8 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
+from gnn_dist import progress
 from partition.dynamic import Snapshots
 from partition.errors import DataError, UsageError
 from partition.methods import BALANCE_KEYS, WEIGHTED, constraint_balance
@@ -58,6 +57,7 @@ def add_parser(sub) -> None:
                    help="mtkahypar: its faster default preset, whose threads race, so the same command and --seed "
                         "may give a different partition each run (default: the deterministic preset, same "
                         "partition bit for bit on any thread count)")
+    progress.add_flag(p)
     p.set_defaults(run=run)
 
 
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.parts < 1:
         raise UsageError(f"--parts must be at least 1, got {args.parts}")
+    progress.flag_mode(args)
     check_out_dir(out, args.force)  # fail before hours of work, not after
     if args.assignment and not Path(args.assignment).is_file():
         raise DataError(f"assignment {args.assignment} does not exist")
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     parts, kwargs = assign(args, graph, balance)
     t_assign = time.perf_counter() - t1
     meta = static_meta(args, graph, parts, kwargs, balance)
-    bar = tqdm(total=args.parts, desc="writing parts", unit="part", file=sys.stderr, disable=None)
+    bar = progress.Progress(args.parts, "writing parts", "parts", progress.flag_mode(args))
     written = write_partition(out, meta, parts, build_parts(graph, parts, args.parts), force=args.force,
                               on_part=lambda _: bar.update(),
                               summarize=lambda rows: {"stats": partition_stats(graph, parts, rows)},

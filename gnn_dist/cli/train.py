@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gnn_dist import progress
 from partition.errors import GnnDistError, MissingExtraError, UsageError
 
 
@@ -57,7 +58,7 @@ def add_parser(sub) -> None:
                    help="after the first epoch, print each rank's memory by what holds it: features, graph and "
                         "operators, halo buffers, activations, parameters, optimizer state, runtime (static and "
                         "typed graphs)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    progress.add_flag(p)
     p.add_argument("--debug", action="store_true", help="an error in model code prints its whole traceback")
     p.set_defaults(run=run)
 
@@ -179,6 +180,7 @@ def check_args(a: argparse.Namespace) -> None:
         if importlib.util.find_spec("tensorboard") is None:
             raise MissingExtraError("--tensorboard", "tensorboard", "tensorboard")
     exchange_config(a)
+    progress.flag_mode(a)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,7 +271,7 @@ def loop_options(a: argparse.Namespace) -> dict:
     """The flags every task's training loop honours (gnn_dist.train.loop.Loop)."""
     return dict(optimizer=a.optimizer, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed, log_path=a.log,
                 checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, eval_every=a.eval_every,
-                progress=not a.quiet, lr_schedule=a.lr_schedule, epochs=a.epochs, lr_step=a.lr_step,
+                progress=progress.flag_mode(a), lr_schedule=a.lr_schedule, epochs=a.epochs, lr_step=a.lr_step,
                 lr_gamma=a.lr_gamma, early_stop=a.early_stop, keep_best=a.keep_best,
                 memory_report=getattr(a, "runtime_bytes", None))
 

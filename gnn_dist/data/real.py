@@ -81,21 +81,3 @@ def load_networkx(name: str, seed: int = 0) -> Graph:
     dst = np.concatenate([edges[:, 1], edges[:, 0]])
     x = np.eye(n, dtype=np.float32)
     return Graph.from_edges(src, dst, n, x, y, *seeded_split(y, "0.6,0.2", seed), name=f"nx:{name}", num_classes=len(comms))
-
-
-def graph_from_dgl(g, name: str = "dgl") -> Graph:
-    """A homogeneous `dgl.DGLGraph` with ndata feat/label (and optional train/val/test masks, edata weight/feat).
-
-    dgl is an optional extra (`pip install 'gnn-dist[dgl]'`); dgl 2.1.0, the newest release here, does
-    not import on torch 2.13, so this needs a dgl build that matches the installed torch.
-    """
-    src, dst = (t.numpy() for t in g.edges())
-    n = int(g.num_nodes())
-    nd, ed = g.ndata, g.edata
-    if "feat" not in nd:
-        raise DataError("DGL graph has no ndata['feat'] (node features)")
-    y = nd["label"].numpy() if "label" in nd else np.full(n, -1)
-    masks = [nd[m].numpy().astype(bool) if m in nd else np.zeros(n, bool) for m in ("train_mask", "val_mask", "test_mask")]
-    w = ed["weight"].numpy() if "weight" in ed else None
-    ea = ed["feat"].numpy() if "feat" in ed else None
-    return Graph.from_edges(src, dst, n, nd["feat"].numpy(), y, *masks, edge_weight=w, edge_attr=ea, name=name)

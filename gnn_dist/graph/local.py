@@ -173,6 +173,20 @@ class LocalGraph:
             self._ops["global_ids"] = torch.from_numpy(self.global_ids.astype(np.int64)).to(self.device)
         return self._ops["global_ids"]
 
+    def split(self) -> dict[str, np.ndarray]:
+        """This part's share of the split, read back: {"train", "val", "test"} -> sorted global ids (int64) of
+        its inner nodes in each set; a typed part gives its target type's own ids. The shares of all ranks
+        make up the whole split, which `self.book.split()` (or `gnn-dist info DIR --export-split FILE`) gives
+        as masks over every node."""
+        inner = np.asarray(self.global_ids[: self.num_inner], np.int64)
+        offset = 0
+        if self.types is not None:  # ids of the target type: node types hold consecutive global id ranges
+            t = self.types.node_types.index(self.types.target)
+            ids = self.global_ids[self.types.node_type == t]  # one process (no book) holds the whole graph
+            offset = self.book.type_range(t)[0] if self.book is not None else int(ids.min()) if ids.size else 0
+        return {k: np.sort(inner[m.cpu().numpy()]) - offset
+                for k, m in (("train", self.train_mask), ("val", self.val_mask), ("test", self.test_mask))}
+
     def _weights(self, weighted: bool) -> np.ndarray:
         """w per local edge: the graph's edge weight, or 1 (unweighted graph, or a layer that ignores weights)."""
         if weighted and self.edge_weight is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -14,6 +15,10 @@ MIN_CHUNK = 1 << 15  # below this many items per thread, one call is cheaper tha
 # process about 100 MB and a second, more than small tensors ever gain (a 32k-item dropout: 0.8 ms in torch).
 NUMBA_MIN_ITEMS = 1 << 16
 _POOL: list = [None, 0]  # the executor and its size
+# The `kernels` extra's triton (pyproject), the oldest the Triton kernels are tested with. Older ones stay unused:
+# torch 2.2 brings triton 2.2, whose language lacks what the kernels use; CUDA tensors then take torch's path,
+# which writes the same bits.
+TRITON_MIN = (3, 6)
 
 
 def available() -> bool:
@@ -30,8 +35,13 @@ def load():
 
 @functools.cache
 def triton_available() -> bool:
-    """triton is installed (its kernels compile for the device on their first launch, a second or two each)."""
-    return importlib.util.find_spec("triton") is not None
+    """triton TRITON_MIN or newer is installed (its kernels compile for the device on their first launch, a
+    second or two each)."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    from importlib.metadata import version
+
+    return tuple(int(p) for p in re.findall(r"\d+", version("triton"))[:2]) >= TRITON_MIN
 
 
 def triton():

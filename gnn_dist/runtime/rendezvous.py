@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
+from gnn_dist.runtime import compat
 
 
 @dataclass
@@ -122,12 +123,13 @@ def mpi_rendezvous(master_addr: str | None, iface: str | None) -> Rendezvous:
 
 
 def mpi_store(rv: Rendezvous, timeout: datetime.timedelta) -> dist.TCPStore:
-    """Rank 0 serves the store on the socket it bound (libuv takes the descriptor over); the others dial it."""
+    """Rank 0 serves the store on the socket it bound (the store takes the descriptor over: libuv's from torch
+    2.8, the classic one before); the others dial it."""
     if rv.listener is not None:
         fd = rv.listener.detach()
         rv.listener = None
         return dist.TCPStore(rv.addr, rv.port, rv.size, True, timeout, wait_for_workers=False,
-                             master_listen_fd=fd, use_libuv=True)
+                             master_listen_fd=fd, use_libuv=compat.STORE_LIBUV_TAKES_FD)
     return dist.TCPStore(rv.addr, rv.port, rv.size, False, timeout)
 
 

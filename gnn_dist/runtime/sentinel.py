@@ -49,6 +49,7 @@ from typing import Callable
 TICK_S = 0.1  # how often the sentinel looks for a published failure
 KILL_AFTER_S = 10.0  # a parent told to leave that is still alive this much later is killed
 LOST = 3  # exit code of a rank whose peer was lost
+ABSENT = "\x00unset"  # a value no key of the store ever holds (see peek)
 
 
 @dataclass
@@ -204,6 +205,13 @@ def _child(spec: Spec, cmd_r: int, evt_w: int) -> None:
         os._exit(0)
 
 
+def peek(store, key: str) -> bytes | None:
+    """A key's value, or None where it is unset, in one round trip without waiting: a compare-and-set whose
+    expected value is never stored changes nothing (TCPStore.check, absent from torch 2.2, would take two)."""
+    value = store.compare_set(key, ABSENT, ABSENT)
+    return None if value == ABSENT.encode() else value
+
+
 class _Watch:
     def __init__(self, spec: Spec, cmd_r: int, evt_w: int):
         self.spec, self.cmd_r, self.evt_w = spec, cmd_r, evt_w
@@ -274,8 +282,9 @@ class _Watch:
             return None
 
     def _look_for_failure(self) -> None:
-        if self.store.check([self.key("failed")]):
-            failure = Failure.parse(self.store.get(self.key("failed")).decode())
+        value = peek(self.store, self.key("failed"))
+        if value is not None:
+            failure = Failure.parse(value.decode())
             if failure.rank != self.spec.rank:
                 self._tell(failure)
 
@@ -284,8 +293,8 @@ class _Watch:
         seen = [r for r in peers if r in last_val]
         values = dict(zip(seen, self.store.multi_get([self.key(f"hb/{r}") for r in seen]))) if seen else {}
         for r in peers:
-            if r not in values and self.store.check([self.key(f"hb/{r}")]):
-                values[r] = self.store.get(self.key(f"hb/{r}"))
+            if r not in values and (value := peek(self.store, self.key(f"hb/{r}"))) is not None:
+                values[r] = value
         for r, val in values.items():
             if val != last_val.get(r):
                 last_val[r], last_change[r] = val, now

@@ -4,7 +4,7 @@ The loop owns what every task shares: the seed (rank 0's, broadcast), the
 per-epoch dropout streams, the optimiser and its learning-rate schedule,
 evaluation every N epochs, the JSON-lines log and TensorBoard, atomic
 checkpoints and resuming, the best weights and early stopping, and the
-progress bar. A task owns what differs: how an epoch's loss is formed
+progress (gnn_dist.progress). A task owns what differs: how an epoch's loss is formed
 (`train_epoch`, which hands each loss to `Loop.step`), how the model is
 scored (`evaluate`), and which validation metric, if any, says "better".
 
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-from tqdm import tqdm
 
+from gnn_dist.progress import Progress, resolve
 from gnn_dist.runtime import streams
 from gnn_dist.runtime.collectives import broadcast, count_sum, sum_gradients, sync_parameters
 from gnn_dist.runtime.launch import DistContext
@@ -53,7 +53,7 @@ class Loop:
     def __init__(self, model: torch.nn.Module, task: Task, ctx: DistContext, *, optimizer: str = "adam",
                  lr: float = 0.01, weight_decay: float = 5e-4, seed: int = 0, log_path: str | None = None,
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
-                 progress: bool = True, lr_schedule: str = "none", epochs: int = 0, lr_step: int = 50,
+                 progress: bool | str = True, lr_schedule: str = "none", epochs: int = 0, lr_step: int = 50,
                  lr_gamma: float = 0.5, early_stop: int = 0, keep_best: bool = False,
                  memory_report: int | None = None):
         self.model, self.task, self.ctx = model.to(ctx.device), task, ctx
@@ -69,7 +69,8 @@ class Loop:
         self.tensorboard = None  # a gnn_dist.train.tblog.TensorBoardLog on rank 0, if asked for
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
-        self.checkpoint_every, self.eval_every, self.progress = checkpoint_every, eval_every, progress
+        self.checkpoint_every, self.eval_every = checkpoint_every, eval_every
+        self.progress = resolve(progress) if ctx.is_main else "none"  # bar | lines | none (gnn_dist.progress)
         self.memory_report = memory_report  # the runtime's resident bytes before loading: report after one epoch
         sync_parameters(self.model, ctx)
         if log_path:  # why the run ended, even if the launcher drops our stderr: any rank that fails first
@@ -117,10 +118,9 @@ class Loop:
     # ------------------------------------------------------------------- loop
     def fit(self, epochs: int, resume: bool = False) -> dict:
         start = self._resume() if resume else 0
-        bar = tqdm(range(start, epochs), desc="train", unit="ep", file=sys.stderr, mininterval=1.0,
-                   disable=not (self.progress and self.ctx.is_main), initial=start, total=epochs)
+        bar = Progress(epochs, "train", "epochs", self.progress, initial=start)
         record: dict = {}
-        for epoch in bar:
+        for epoch in range(start, epochs):
             t0 = time.perf_counter()
             loss = self.train_epoch(epoch)
             dt = time.perf_counter() - t0
@@ -133,10 +133,12 @@ class Loop:
             self._log(record)
             bar.set_postfix(loss=f"{loss:.4f}", s=f"{dt:.3f}",
                             **{self.task.monitor: f"{record[self.task.monitor]:.3f}"} if self.task.monitor in record else {})
+            bar.update()
             stop = self.keep_best and self.task.monitor in record and self._track_best(epoch, record)
             if self.ckpt and self.checkpoint_every and (epoch + 1) % self.checkpoint_every == 0:
                 self.save_checkpoint(epoch)  # after this epoch's best weights and patience are counted
             if stop:
+                bar.close()  # its last line first, then why it stopped
                 self._say(f"early stop at epoch {epoch}: {self.task.monitor} has not improved for {self.early_stop} "
                           f"evaluations (best {self.best['value']:.4f} at epoch {self.best['epoch']})")
                 break
