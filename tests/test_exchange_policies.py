@@ -195,3 +195,53 @@ def test_a_receivers_links_share_its_budget_too():
     assert bits[("fwd.L0", 1, 2)] == bits[("fwd.L0", 3, 2)] == 4
     into_2 = sum(codec.wire_bytes(100, 64, f"int{bits[g]}") for g in groups if g[2] == 2)
     assert into_2 <= 2 * codec.wire_bytes(100, 64, "int4")
+
+
+
+def train_second_layer(cfg: ExchangeConfig, steps: int = 300) -> tuple[torch.Tensor, torch.Tensor]:
+    """A two-layer model on one rank's tiny graph whose halo is its even rows, trained by full-batch gradient
+    descent. The first layer is set by a schedule, not learned: its output (the boundary the second layer
+    exchanges) moves for 10 steps, then stays. Its gradients still travel back (and are dropped). The second
+    layer's loss is convex with weight decay, so every policy must end at exact's weights once its blocks
+    have caught up with the still boundary. Returns (the second layer's weights, the last halo block used)."""
+    g = torch.Generator().manual_seed(1)
+    n, d, h, c = 60, 6, 8, 3
+    x, w1 = torch.randn(n, d, generator=g), torch.randn(d, h, generator=g)
+    adj = (torch.rand(n, n + n // 2, generator=g) < 0.1).float() + torch.eye(n, n + n // 2)
+    adj = adj / adj.sum(1, keepdim=True)
+    y = torch.randint(0, c, (n,), generator=g)
+    w2 = torch.zeros(h, c, requires_grad=True)
+    ex, owner = make(cfg, n), torch.nn.Linear(1, 1)
+    for step in range(steps):
+        frozen = (w1 * (1 + 3.0 / (step + 1)) if step < 10 else w1).requires_grad_()
+        inner = torch.tanh(x @ frozen)
+        halo = fetch_halo(inner, ex, ex.channel(owner, training=True))
+        logits = adj @ torch.cat([inner, halo]) @ w2
+        loss = torch.nn.functional.cross_entropy(logits, y) + 1e-2 * (w2 ** 2).sum()
+        (grad,) = torch.autograd.grad(loss, w2, retain_graph=True)
+        loss.backward()  # the halo's gradients go home through the exchange, as in training
+        with torch.no_grad():
+            w2 -= 2.0 * grad
+    ex.drain()
+    return w2.detach(), halo.detach()
+
+
+@pytest.fixture(scope="module")
+def exact_second_layer(group):
+    return train_second_layer(ExchangeConfig()), train_second_layer(ExchangeConfig(), steps=12)
+
+
+@pytest.mark.parametrize("cfg", [
+    ExchangeConfig(staleness=1), ExchangeConfig(staleness=1, momentum=0.0), ExchangeConfig(staleness=2),
+    ExchangeConfig(staleness=1, stale_form="correct"), ExchangeConfig(staleness=1, momentum=0.5, stale_warmup=5),
+    ExchangeConfig(staleness=1, stale_form="correct", stale_bound=0.01),
+    ExchangeConfig(skip_threshold=0.05, refresh_every=5)], ids=lambda c: (
+        f"S{c.staleness}-{c.stale_form}-m{c.momentum}-w{c.stale_warmup}-b{c.stale_bound}" if c.staleness
+        else f"skip{c.skip_threshold}-r{c.refresh_every}"))
+def test_stale_and_skipped_blocks_converge_to_exact_once_the_boundary_stops(exact_second_layer, cfg):
+    (exact_w, exact_halo), (early_exact_w, _) = exact_second_layer
+    w, halo = train_second_layer(cfg)
+    assert torch.allclose(halo, exact_halo, atol=1e-5)  # the blocks caught up with the boundary
+    assert torch.allclose(w, exact_w, atol=1e-4), (w - exact_w).abs().max()  # and training ended where exact did
+    early_w, _ = train_second_layer(cfg, steps=12)  # while the boundary moved, the policy did act
+    assert not torch.allclose(early_w, early_exact_w, atol=1e-4)

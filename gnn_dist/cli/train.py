@@ -92,6 +92,14 @@ def add_exchange_flags(p) -> None:
     p.add_argument("--stale-momentum", type=float, default=None,
                    help="with --staleness: used block = M * previous + (1 - M) * received (PipeGCN-GF smoothing; "
                         "default 0.95, 0 for plain PipeGCN)")
+    p.add_argument("--stale-form", default="feed", choices=["feed", "correct"],
+                   help="with --staleness: feed the smoothed block forward (PipeGCN-GF), or correct the received "
+                        "block by its smoothed drift per epoch (docs/exchange.md)")
+    p.add_argument("--stale-warmup", type=int, default=0, metavar="W",
+                   help="with --staleness: the first W epochs wait for fresh blocks (exact)")
+    p.add_argument("--stale-bound", type=float, default=0.0, metavar="B",
+                   help="with --staleness: an epoch whose smoothed relative drift exceeds B waits for its fresh "
+                        "block (0: never)")
     p.add_argument("--skip-threshold", type=float, default=0.0,
                    help="resend a halo row only when its relative change exceeds this (default 0: always)")
     p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
@@ -116,7 +124,8 @@ def exchange_config(a: argparse.Namespace):
     smoothing = {} if a.stale_momentum is None else {"momentum": a.stale_momentum}
     return ExchangeConfig(codec=a.codec, staleness=a.staleness, skip_threshold=a.skip_threshold,
                           refresh_every=a.refresh_every, adaptive_every=a.adaptive_every,
-                          budget_bits=a.budget_bits, input_cache=not a.no_input_cache, **smoothing).validate()
+                          budget_bits=a.budget_bits, input_cache=not a.no_input_cache, stale_form=a.stale_form,
+                          stale_warmup=a.stale_warmup, stale_bound=a.stale_bound, **smoothing).validate()
 
 
 def model_config(a: argparse.Namespace, **typed):

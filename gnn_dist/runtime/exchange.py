@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.runtime import codec, policy_state, streams, transport
+from gnn_dist.runtime import codec, policy_state, stale, streams, transport
 from gnn_dist.runtime.adaptive import AdaptivePolicy
 from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready
 from partition.errors import UsageError
@@ -44,9 +44,13 @@ class ExchangeConfig:
 
     codec: str = "fp32"  # fp32 | fp16 | bf16 | int8 | int4 | int2 | adaptive
     staleness: int = 0  # use blocks from up to this many epochs ago (0: fresh)
-    # stale blocks: used = m * previous used + (1 - m) * received (PipeGCN-GF smoothing; 0: plain PipeGCN).
-    # 0.95 measured best: one-epoch-stale blocks cost ~0.9 points on SBM-100k plain, 0.0-0.4 smoothed.
+    # stale blocks (gnn_dist.runtime.stale): the smoothing's M, its form (feed: used = M x previous used +
+    # (1 - M) x received, PipeGCN-GF; correct: received + smoothed drift), exact warm-up steps, and the change
+    # test's bound on the relative drift (0: none)
     momentum: float = 0.95
+    stale_form: str = "feed"
+    stale_warmup: int = 0
+    stale_bound: float = 0.0
     skip_threshold: float = 0.0  # resend a row only if its relative change exceeds this
     refresh_every: int = 10  # with skipping: send every row at least this often (epochs)
     adaptive_every: int = 50  # adaptive: re-solve bit-widths every N epochs
@@ -60,6 +64,8 @@ class ExchangeConfig:
             raise UsageError(f"unknown codec '{self.codec}' (choose from {', '.join(codec.CODECS + ('adaptive',))})")
         if self.staleness < 0 or not 0 <= self.momentum < 1 or self.skip_threshold < 0 or self.refresh_every < 1:
             raise UsageError("staleness >= 0, 0 <= momentum < 1, skip_threshold >= 0, refresh_every >= 1 required")
+        if self.stale_form not in stale.FORMS or self.stale_warmup < 0 or self.stale_bound < 0:
+            raise UsageError(f"stale form one of {', '.join(stale.FORMS)}, stale warm-up >= 0, stale bound >= 0 required")
         if self.staleness and self.skip_threshold:
             raise UsageError("staleness and skip_threshold cannot be combined (choose one cache policy)")
         if self.budget_bits not in codec.INT_BITS:
@@ -83,6 +89,7 @@ class HaloExchange:
         self._backward_seen = self._backward_ever = False
         self._queues: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self._used: dict[str, torch.Tensor] = {}
+        self._drift: dict[str, tuple] = {}  # stale: channel -> (block last received, smoothed change per step)
         self._sent_ref: dict[str, torch.Tensor] = {}
         self._held: dict[str, torch.Tensor] = {}
         self._static: tuple | None = None  # (input features, their halo rows), fetched once
@@ -293,29 +300,8 @@ class HaloExchange:
 
     # ---------------------------------------------------------------- caches
     def _through_cache(self, channel: str, pending: Pending):
-        """staleness S: hand out the block started S epochs ago; the fresh one travels meanwhile.
-
-        Until a block is S epochs old (warm-up), the oldest one still queued is handed out as it is. A block
-        handed out may be an autograd output (HaloWait) or saved for backward, so it is never written again:
-        the blend is in place only on a block leaving the queue for the first time, which nothing else holds.
-        A block handed out at warm-up leaves the queue as the block in use, where the blend is the identity.
-        """
-        s = self.config.staleness
-        if not s:
-            return pending
-        q = self._queues[channel]
-        q.append(pending)
-        block = None
-        while len(q) > s:
-            block = q.popleft().wait()
-        used = self._used.get(channel)
-        if block is None:  # warm-up: nothing old enough yet, the oldest block queued
-            block = q[0].wait()
-        elif self.config.momentum and used is not None and used is not block and used.shape == block.shape:
-            with torch.no_grad():  # `used` was handed out, so may require grad: no history for the cache
-                block.lerp_(used, self.config.momentum)
-        self._used[channel] = block
-        return Ready(block)
+        """staleness S: the block this step uses while the fresh one travels (`gnn_dist.runtime.stale`)."""
+        return stale.through_cache(self, channel, pending)
 
     def _start_skipping(self, rows: torch.Tensor, channel: str):
         """Send only rows that moved by more than the threshold since last sent; refresh all periodically."""

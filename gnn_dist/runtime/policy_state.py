@@ -4,7 +4,8 @@ Everything in it changes results:
 - the step counter, and whether the next training call begins a step: skipping
   refreshes every `refresh_every` steps, and the adaptive policy solves at set steps;
 - stale blocks (`staleness`): the blocks still queued, waited for here (they
-  would be later) and kept decoded, and the smoothed block in use;
+  would be later) and kept decoded, the smoothed block in use, and the block
+  last received with the smoothed drift (`gnn_dist.runtime.stale`);
 - skipping's references: the rows last sent, and the halo block last held;
 - the adaptive policy: its bit table, the statistics of the next solve, when
   it last solved, and the link model it budgets with (measured at start-up,
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 def settings(ex: "HaloExchange") -> list:
     """The policy settings a state was made under."""
     c = ex.config
-    return [c.codec, c.staleness, c.momentum, c.skip_threshold, c.refresh_every, c.adaptive_every, c.budget_bits]
+    return [c.codec, c.staleness, c.momentum, c.skip_threshold, c.refresh_every, c.adaptive_every, c.budget_bits,
+            c.stale_form, c.stale_warmup, c.stale_bound]
 
 
 def _cpu(blocks: dict) -> dict:
@@ -46,7 +48,8 @@ def save(ex: "HaloExchange") -> dict:
              # would the next training call begin a step (`HaloExchange.channel`)? A fresh exchange would say no
              "new_step": bool(ex._backward_seen or (not ex._backward_ever and ex._step_calls)),
              "stale": {ch: [p.wait().detach().cpu() for p in q] for ch, q in ex._queues.items()},
-             "used": _cpu(ex._used), "sent_ref": _cpu(ex._sent_ref), "held": _cpu(ex._held)}
+             "used": _cpu(ex._used), "sent_ref": _cpu(ex._sent_ref), "held": _cpu(ex._held),
+             "drift": {ch: [None if t is None else t.detach().cpu() for t in pair] for ch, pair in ex._drift.items()}}
     if ex.policy is not None:
         p = ex.policy
         state["adaptive"] = {"table": dict(p.table), "solved_at": int(p.solved_at),
@@ -73,6 +76,7 @@ def load(ex: "HaloExchange", state: dict) -> None:
         ch: collections.deque(Ready(b.to(dev)) for b in blocks) for ch, blocks in state["stale"].items()})
     ex._used, ex._sent_ref, ex._held = ({k: v.to(dev) for k, v in state[name].items()}
                                         for name in ("used", "sent_ref", "held"))
+    ex._drift = {ch: tuple(None if t is None else t.to(dev) for t in pair) for ch, pair in state.get("drift", {}).items()}
     if ex.policy is not None and "adaptive" in state:
         a, p = state["adaptive"], ex.policy
         p.table, p.solved_at, p.links = dict(a["table"]), a["solved_at"], dict(a["links"])
