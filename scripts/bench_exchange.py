@@ -11,7 +11,10 @@ then with it: int8, int4, adaptive, staleness=1, adaptive + staleness, and a
 compute-only run (halo rows replaced by zeros, nothing sent) as the floor.
 Prints epoch time and halo bytes per epoch with ratios against exact
 no-overlap and against max(compute-only, busiest rank's bytes / link rate),
-then plots final test accuracy against epoch time.
+then plots final test accuracy against epoch time. Each setting is evaluated every --eval-every
+epochs, timed apart, and a second table and plot give its time to accuracy (gnn_dist.train.tta): the
+training time and epochs until the validation-picked model's test accuracy reaches exact's final one
+minus 0.3 points (or --target), or "not reached".
 
 With --partition-method M the same settings run on two partitions of the data set, METIS k-way and M
 (with --partition-objective, default vol: the halo rows themselves), one table each, then one line per
@@ -29,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+
+from partition.errors import MissingExtraError  # noqa: E402
 
 # The baseline is vanilla: every layer's halo sent every epoch. gnn-dist's own settings fetch the static
 # input features' halo once (exact); "adaptive-no-cache" shows what compression alone buys.
@@ -101,7 +106,7 @@ def worker(a: argparse.Namespace) -> None:
     torch.manual_seed(0)
     model = build_model(a.model, graph.num_features, a.hidden, graph.num_classes, layers=a.layers, dropout=0.5)
     tr = Trainer(model, graph, ctx, progress=False, eval_every=0, lr=0.01)
-    times, sent, waited, cpu = [], [], [], []
+    times, sent, waited, cpu, records = [], [], [], [], []
     for e in range(a.epochs):
         dist.barrier()
         t = time.perf_counter()
@@ -112,8 +117,17 @@ def worker(a: argparse.Namespace) -> None:
         m = graph.exchange.epoch_metrics()
         sent.append(sum(sum(v["bytes"]) for k, v in m.items() if not k.endswith("eval")))
         waited.append(sum(v["wait_s"] for k, v in m.items() if not k.endswith("eval")))
+        records.append({"epoch": e})
+        if e + 1 == a.epochs or (a.eval_every and (e + 1) % a.eval_every == 0):  # timed apart from training
+            t = time.perf_counter()
+            records[-1].update(tr.evaluate())
+            records[-1]["eval_time"] = time.perf_counter() - t
     graph.exchange.drain() if hasattr(graph.exchange, "drain") else None
-    acc = tr.evaluate()["test_acc"]
+    acc = records[-1]["test_acc"]
+    slowest = torch.tensor(times)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # an epoch ends when its slowest rank does
+    for r, dt in zip(records, slowest.tolist()):
+        r["epoch_time"] = dt
     warm = 2
     per_rank = [None] * ctx.world_size
     dist.all_gather_object(per_rank, sum(sent[warm:]) / (a.epochs - warm))
@@ -125,7 +139,8 @@ def worker(a: argparse.Namespace) -> None:
     dist.all_reduce(t_epoch, op=dist.ReduceOp.MAX)
     if ctx.is_main:
         Path(a.result).write_text(json.dumps({"epoch_s": float(t_epoch), "bytes_per_rank": per_rank,
-                                              "wait_s": float(wait), "cpu_s": float(cpu_s), "test_acc": acc}))
+                                              "wait_s": float(wait), "cpu_s": float(cpu_s), "test_acc": acc,
+                                              "records": records}))
     ctx.close()
 
 
@@ -139,6 +154,10 @@ def main() -> None:
     ap.add_argument("--model", default="gcn")
     ap.add_argument("--layers", type=int, default=2, help="GNN layers (AdaQP and PipeGCN report 3-4)")
     ap.add_argument("--png", default="bench_exchange.png")
+    ap.add_argument("--eval-every", type=int, default=1,
+                    help="evaluate every N epochs, timed apart, for time to accuracy (0: the last epoch only)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="test accuracy to reach (default: the exact run's final test accuracy minus 0.3 points)")
     ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(SETTINGS)}")
     ap.add_argument("--partition-method", default=None, metavar="M",
                     help="also run on a partition by method M (e.g. mtkahypar, kahip) and compare with METIS")
@@ -180,6 +199,7 @@ def main() -> None:
             netlab.down()
     for m, res in results.items():
         report(a, res, rate_bps, m)
+        time_to_accuracy(a, res, m)
     if len(results) > 1:
         compare(results, a.partition_method)
 
@@ -189,7 +209,8 @@ def run_setting(a, part: Path, res: Path, flags: list[str], port: int, label: st
     import netlab
 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(part), "--result", str(res),
-           "--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--layers", str(a.layers), *flags]
+           "--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--layers", str(a.layers),
+           "--eval-every", str(a.eval_every), *flags]
     t = time.perf_counter()
     code = netlab.run(cmd, port=port, timeout=1800)
     if code != 0 or not res.exists():
@@ -209,6 +230,26 @@ def compare(results: dict, method: str) -> None:
         print(f"{name:<24} {r['epoch_s']:>8.3f} {o['epoch_s']:>14.3f} {o['epoch_s'] / r['epoch_s']:>8.2f} "
               f"{max(r['bytes_per_rank']) / 1e6:>13.2f} {max(o['bytes_per_rank']) / 1e6:>16.2f} "
               f"{r['test_acc']:>9.4f} {o['test_acc']:>14.4f}")
+
+
+def time_to_accuracy(a, results: dict, method: str) -> None:
+    """Per setting: training time and epochs until the validation-picked model meets the target
+    (gnn_dist.train.tta), and a plot of that race beside the epoch-time one."""
+    from gnn_dist.train import tta
+
+    runs = {name: r["records"] for name, r in results.items()}
+    exact = next((name for name in ("exact+input-cache", "exact-overlap", "exact-no-overlap") if name in runs), None)
+    if a.target is None and exact is None:
+        print("(time to accuracy: run an exact setting, or give --target)")
+        return
+    target = a.target if a.target is not None else tta.default_target(runs[exact])
+    print(f"\n{tta.table(runs, target)}")
+    png = Path(a.png)
+    png = png.with_name(f"{png.stem}{'' if method == 'metis' else '-' + method}-tta.png")
+    try:
+        print(f"plot: {tta.plot(runs, target, str(png), f'time to accuracy, {a.parts} ranks at {a.rate} ({method})')}")
+    except MissingExtraError as e:
+        print(f"({e})")
 
 
 def report(a, results: dict, rate_bps: float, method: str = "metis") -> None:

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from gnn_dist import progress
+from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config
 from partition.errors import GnnDistError, MissingExtraError, UsageError
 
 
@@ -79,32 +80,6 @@ def add_launch_flags(p) -> None:
                    "process is silent this long is lost (default 60; a busy or stopped rank keeps beating)")
 
 
-def add_exchange_flags(p) -> None:
-    """How halo rows travel in training: codecs, adaptive bit-widths, staleness, skipping."""
-    p.add_argument("--codec", default="fp32", choices=["fp32", "fp16", "bf16", "int8", "int4", "int2", "adaptive"],
-                   help="wire format of halo messages and gradients in training (default fp32: exact); "
-                        "adaptive picks 2/4/8 bits per layer, peer and direction")
-    p.add_argument("--budget-bits", type=int, default=4, choices=[2, 4, 8],
-                   help="adaptive: no interface may take longer than it would at uniform int<B> (default 4)")
-    p.add_argument("--adaptive-every", type=int, default=50, help="adaptive: re-solve bit-widths every N epochs")
-    p.add_argument("--staleness", type=int, default=0,
-                   help="use halo blocks from up to S epochs ago while fresh ones travel (default 0: exact)")
-    p.add_argument("--stale-momentum", type=float, default=None,
-                   help="with --staleness: used block = M * previous + (1 - M) * received (PipeGCN-GF smoothing; "
-                        "default 0.95, 0 for plain PipeGCN)")
-    p.add_argument("--stale-form", default="feed", choices=["feed", "correct"],
-                   help="with --staleness: feed the smoothed block forward (PipeGCN-GF), or correct the received "
-                        "block by its smoothed drift per epoch (docs/exchange.md)")
-    p.add_argument("--stale-warmup", type=int, default=0, metavar="W",
-                   help="with --staleness: the first W epochs wait for fresh blocks (exact)")
-    p.add_argument("--stale-bound", type=float, default=0.0, metavar="B",
-                   help="with --staleness: an epoch whose smoothed relative drift exceeds B waits for its fresh "
-                        "block (0: never)")
-    p.add_argument("--skip-threshold", type=float, default=0.0,
-                   help="resend a halo row only when its relative change exceeds this (default 0: always)")
-    p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
-
-
 def add_loop_flags(p) -> None:
     """What the training loop does each epoch besides training: evaluate, log, checkpoint, save."""
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (0: only at the end)")
@@ -116,16 +91,6 @@ def add_loop_flags(p) -> None:
     p.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write TensorBoard scalars here (rank 0; needs the tensorboard package)")
     p.add_argument("--save-model", default=None, help="write the trained state_dict here (rank 0)")
-
-
-def exchange_config(a: argparse.Namespace):
-    from gnn_dist.runtime.exchange import ExchangeConfig
-
-    smoothing = {} if a.stale_momentum is None else {"momentum": a.stale_momentum}
-    return ExchangeConfig(codec=a.codec, staleness=a.staleness, skip_threshold=a.skip_threshold,
-                          refresh_every=a.refresh_every, adaptive_every=a.adaptive_every,
-                          budget_bits=a.budget_bits, input_cache=not a.no_input_cache, stale_form=a.stale_form,
-                          stale_warmup=a.stale_warmup, stale_bound=a.stale_bound, **smoothing).validate()
 
 
 def model_config(a: argparse.Namespace, **typed):
@@ -167,6 +132,9 @@ def check_args(a: argparse.Namespace) -> None:
         (not dynamic or not a.no_plan_cache or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
          "adaptive bit-widths, staleness and skipping keep state per snapshot group across epochs, so they need "
          "the plan cache (drop --no-plan-cache)"),
+        (a.exchange == "flags" or (a.codec == "fp32" and not a.staleness and not a.skip_threshold),
+         "--exchange auto picks the codec, staleness and skipping itself: drop --codec, --staleness, --skip-threshold"),
+        (a.exchange == "flags" or not dynamic, "--exchange auto applies to static graphs"),
         (a.layers >= 1, f"--layers must be >= 1, got {a.layers}"),
         (a.hidden >= 1, f"--hidden must be >= 1, got {a.hidden}"),
         (a.embedding_dim is None or a.embedding_dim >= 1, f"--embedding-dim must be >= 1, got {a.embedding_dim}"),
@@ -290,6 +258,8 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
     graph = load_graph(args, ctx, meta, exchange_config(args), verify=not args.no_verify)
     width = args.hidden if args.task == "link" else graph.num_classes  # link: the model emits embeddings
     model = build_user_or_builtin(args, ctx, graph, meta, width)
+    if args.exchange == "auto" and graph.exchange is not None:
+        auto_exchange(args, ctx, graph, width)
     best = lambda f: f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else ""  # noqa: E731
     if args.task == "link":
         from gnn_dist.train.link import LinkTrainer

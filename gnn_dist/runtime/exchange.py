@@ -51,6 +51,7 @@ class ExchangeConfig:
     stale_form: str = "feed"
     stale_warmup: int = 0
     stale_bound: float = 0.0
+    stale_grads: str = "same"  # backward blocks: same policy as forward, plain stale, or fresh
     skip_threshold: float = 0.0  # resend a row only if its relative change exceeds this
     refresh_every: int = 10  # with skipping: send every row at least this often (epochs)
     adaptive_every: int = 50  # adaptive: re-solve bit-widths every N epochs
@@ -64,8 +65,10 @@ class ExchangeConfig:
             raise UsageError(f"unknown codec '{self.codec}' (choose from {', '.join(codec.CODECS + ('adaptive',))})")
         if self.staleness < 0 or not 0 <= self.momentum < 1 or self.skip_threshold < 0 or self.refresh_every < 1:
             raise UsageError("staleness >= 0, 0 <= momentum < 1, skip_threshold >= 0, refresh_every >= 1 required")
-        if self.stale_form not in stale.FORMS or self.stale_warmup < 0 or self.stale_bound < 0:
-            raise UsageError(f"stale form one of {', '.join(stale.FORMS)}, stale warm-up >= 0, stale bound >= 0 required")
+        if (self.stale_form not in stale.FORMS or self.stale_grads not in stale.GRADS or self.stale_warmup < 0
+                or self.stale_bound < 0):
+            raise UsageError(f"stale form one of {', '.join(stale.FORMS)}, stale grads one of {', '.join(stale.GRADS)}, "
+                             f"stale warm-up >= 0, stale bound >= 0 required")
         if self.staleness and self.skip_threshold:
             raise UsageError("staleness and skip_threshold cannot be combined (choose one cache policy)")
         if self.budget_bits not in codec.INT_BITS:

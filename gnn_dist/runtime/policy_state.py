@@ -34,7 +34,7 @@ def settings(ex: "HaloExchange") -> list:
     """The policy settings a state was made under."""
     c = ex.config
     return [c.codec, c.staleness, c.momentum, c.skip_threshold, c.refresh_every, c.adaptive_every, c.budget_bits,
-            c.stale_form, c.stale_warmup, c.stale_bound]
+            c.stale_form, c.stale_warmup, c.stale_bound, c.stale_grads]
 
 
 def _cpu(blocks: dict) -> dict:

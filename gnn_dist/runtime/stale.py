@@ -15,6 +15,8 @@ Two bounds keep early training, where the boundary moves most, exact:
 - `stale_bound` B (Sancus-style change test): a step whose smoothed relative
   drift ||drift|| / ||received|| exceeds B waits for its fresh block too.
 Until a block is S steps old, the oldest one queued is used as it is.
+Gradients (`stale_grads`) follow the forward rows' policy (same), or go stale
+unsmoothed (plain), or are waited for (fresh: only the forward rows are stale).
 
 Received blocks are never written: a block handed out may be an autograd
 output (HaloWait) or saved for backward, so each form builds a new tensor.
@@ -33,13 +35,15 @@ if TYPE_CHECKING:
     from gnn_dist.runtime.exchange import HaloExchange
 
 FORMS = ("feed", "correct")
+GRADS = ("same", "plain", "fresh")  # backward blocks: as forward's, stale unsmoothed, or waited for
 
 
 def through_cache(ex: "HaloExchange", channel: str, pending):
     """What `channel` uses this step, given the exchange `pending` just started (see the module)."""
     cfg = ex.config
     s = cfg.staleness
-    if not s:
+    grads = channel.startswith("bwd.")
+    if not s or (grads and cfg.stale_grads == "fresh"):
         return pending
     q = ex._queues[channel]
     q.append(pending)
@@ -60,7 +64,7 @@ def through_cache(ex: "HaloExchange", channel: str, pending):
         if cfg.stale_bound and drift is not None and _relative(drift, received) > cfg.stale_bound:
             block = _fresh(q)  # the boundary still moves fast: wait for this step's block
         else:
-            block = _blend(cfg, received, ex._used.get(channel), drift)
+            block = received if grads and cfg.stale_grads == "plain" else _blend(cfg, received, ex._used.get(channel), drift)
     ex._used[channel] = block
     return Ready(block)
 

@@ -1,0 +1,60 @@
+"""`gnn-dist train`'s exchange flags: how halo rows travel in training, chosen by hand or by `--exchange auto`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_exchange_flags(p) -> None:
+    """How halo rows travel in training: codecs, adaptive bit-widths, staleness, skipping."""
+    p.add_argument("--exchange", default="flags", choices=["flags", "auto"],
+                   help="flags (default): the codec, staleness and skipping flags below; auto: the measured setting "
+                        "with the best predicted time to accuracy on this partition and these links (prints why; "
+                        "docs/exchange.md)")
+    p.add_argument("--codec", default="fp32", choices=["fp32", "fp16", "bf16", "int8", "int4", "int2", "adaptive"],
+                   help="wire format of halo messages and gradients in training (default fp32: exact); "
+                        "adaptive picks 2/4/8 bits per layer, peer and direction")
+    p.add_argument("--budget-bits", type=int, default=4, choices=[2, 4, 8],
+                   help="adaptive: no interface may take longer than it would at uniform int<B> (default 4)")
+    p.add_argument("--adaptive-every", type=int, default=50, help="adaptive: re-solve bit-widths every N epochs")
+    p.add_argument("--staleness", type=int, default=0,
+                   help="use halo blocks from up to S epochs ago while fresh ones travel (default 0: exact)")
+    p.add_argument("--stale-momentum", type=float, default=None,
+                   help="with --staleness: used block = M * previous + (1 - M) * received (PipeGCN-GF smoothing; "
+                        "default 0.95, 0 for plain PipeGCN)")
+    p.add_argument("--stale-form", default="feed", choices=["feed", "correct"],
+                   help="with --staleness: feed the smoothed block forward (PipeGCN-GF), or correct the received "
+                        "block by its smoothed drift per epoch (docs/exchange.md)")
+    p.add_argument("--stale-warmup", type=int, default=0, metavar="W",
+                   help="with --staleness: the first W epochs wait for fresh blocks (exact)")
+    p.add_argument("--stale-bound", type=float, default=0.0, metavar="B",
+                   help="with --staleness: an epoch whose smoothed relative drift exceeds B waits for its fresh "
+                        "block (0: never)")
+    p.add_argument("--stale-grads", default="same", choices=["same", "plain", "fresh"],
+                   help="with --staleness: backward gradients follow the forward policy (same), go stale unsmoothed "
+                        "(plain), or are waited for (fresh)")
+    p.add_argument("--skip-threshold", type=float, default=0.0,
+                   help="resend a halo row only when its relative change exceeds this (default 0: always)")
+    p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
+
+
+def exchange_config(a: argparse.Namespace):
+    from gnn_dist.runtime.exchange import ExchangeConfig
+
+    smoothing = {} if a.stale_momentum is None else {"momentum": a.stale_momentum}
+    return ExchangeConfig(codec=a.codec, staleness=a.staleness, skip_threshold=a.skip_threshold,
+                          refresh_every=a.refresh_every, adaptive_every=a.adaptive_every,
+                          budget_bits=a.budget_bits, input_cache=not a.no_input_cache, stale_form=a.stale_form,
+                          stale_warmup=a.stale_warmup, stale_bound=a.stale_bound, stale_grads=a.stale_grads,
+                          **smoothing).validate()
+
+
+def auto_exchange(args: argparse.Namespace, ctx, graph, width: int) -> None:
+    """--exchange auto: switch to the setting of best predicted time to accuracy; rank 0 says which and why."""
+    from gnn_dist.runtime import advice
+
+    widths = advice.layer_widths(graph.num_features, args.hidden, width, args.layers)
+    cand, why, links = advice.choose(graph.exchange, graph, widths, ctx)
+    advice.apply(graph.exchange, cand, links)
+    if ctx.is_main:
+        sys.stderr.write(f"[gnn-dist] {why}\n")

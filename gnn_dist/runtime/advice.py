@@ -1,0 +1,138 @@
+"""`gnn-dist train --exchange auto`: the exchange setting with the best predicted time to accuracy.
+
+Time to accuracy = epochs to the target x time per epoch (`gnn_dist.train.tta`):
+- epochs: each candidate's epochs to the target over exact's, as measured
+  (`MEASURED`, with the command that measured it). A setting enters the list
+  only once it was measured to reach the target; one that never did (plain
+  and smoothed staleness on SBM-50k, docs/benchmarks.md) is not a candidate.
+- time per epoch: this rank's compute (its own sparse products and weight
+  products, timed here at the model's widths, x 3 for backward) and its
+  communication: the plan's rows per peer x the wire bytes of each layer's
+  width and codec, over the link model measured at start-up (the adaptive
+  policy's alpha x bytes + beta per directed link; an interface carries the
+  sum of its links). A fresh exchange waits for its rows (compute +
+  communication); a stale one hides them behind the epoch (the larger of the two).
+Every rank takes the largest of each figure over ranks, so every rank picks the same.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from gnn_dist.runtime import codec
+from gnn_dist.runtime.collectives import all_sum
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    settings: dict  # ExchangeConfig fields
+    epochs: float  # epochs to the target over exact's (measured: MEASURED)
+    wire: str  # the codec whose bytes it costs (adaptive: its budget, uniform int4)
+    hidden: bool  # its communication overlaps a whole epoch (stale)
+
+
+# Measured on SBM-50k (GCN, 3 layers, hidden 128, 2 ranks, 150 epochs; docs/benchmarks.md "Time to accuracy"):
+# epochs for the validation-picked model to come within 0.3 points of exact's final test accuracy.
+MEASURED = (
+    Candidate("exact", {}, 1.0, "fp32", False),
+    Candidate("adaptive", {"codec": "adaptive"}, 1.0, "int4", False),
+)
+
+
+def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) -> list[tuple[int, int]]:
+    """(d_in, d_out) of each layer of the built-in models."""
+    dims = [num_features] + [hidden] * (layers - 1) + [num_classes]
+    return list(zip(dims[:-1], dims[1:]))
+
+
+def wire_widths(widths: list[tuple[int, int]], input_cache: bool) -> list[int]:
+    """Widths of the blocks one training epoch sends (forward rows and backward gradients), as the layers
+    choose them (`gnn_dist.nn.conv.aggregate_first`): the first layer's input needs no gradient, and with
+    the input cache its rows travel once, not per epoch."""
+    out = []
+    for i, (d_in, d_out) in enumerate(widths):
+        if i == 0 and d_in <= 2 * d_out:  # aggregates the input features: their rows only, no gradient
+            out += [] if input_cache else [d_in]
+        elif i > 0 and d_in <= d_out:
+            out += [d_in, d_in]
+        else:  # sends XW forward and its gradient back
+            out += [d_out, d_out]
+    return out
+
+
+def comm_seconds(ex, links: dict, widths: list[int], wire: str) -> float:
+    """This rank's time on the wire per epoch: per block, the busier of its egress and ingress."""
+    total = 0.0
+    for w in widths:
+        out = sum(links[(ex.rank, p)][0] * codec.wire_bytes(n, w, codec.for_width(wire, w)) + links[(ex.rank, p)][1]
+                  for p, n in enumerate(ex.send_counts) if p != ex.rank and n)
+        inn = sum(links[(p, ex.rank)][0] * codec.wire_bytes(n, w, codec.for_width(wire, w)) + links[(p, ex.rank)][1]
+                  for p, n in enumerate(ex.recv_counts) if p != ex.rank and n)
+        total += max(out, inn)
+    return total
+
+
+def compute_seconds(graph, widths: list[tuple[int, int]], reps: int = 2) -> float:
+    """This rank's compute per epoch, estimated: each layer's sparse product (at the width it aggregates)
+    and weight product, best of `reps`, x 3 (backward costs about twice forward)."""
+    from gnn_dist.graph.local import spmm
+
+    op = graph.operator("sum", "gcn")
+    total = 0.0
+    for d_in, d_out in widths:
+        w = min(d_in, d_out)
+        inner, halo = torch.rand(graph.num_inner, w), torch.rand(graph.num_src - graph.num_inner, w)
+        x, weight = torch.rand(graph.num_inner, d_in), torch.rand(d_in, d_out)
+        best = float("inf")
+        for _ in range(reps):
+            t = time.perf_counter()
+            spmm(op.central, inner), spmm(op.local, inner), spmm(op.halo, halo), x @ weight
+            best = min(best, time.perf_counter() - t)
+        total += best
+    return 3 * total
+
+
+def predict(compute: float, comm: dict, cand: Candidate) -> tuple[float, float]:
+    """(seconds per epoch, seconds to the target in exact-epoch units x epochs) of one candidate."""
+    epoch = max(compute, comm[cand.wire]) if cand.hidden else compute + comm[cand.wire]
+    return epoch, epoch * cand.epochs
+
+
+def choose(ex, graph, widths: list[tuple[int, int]], ctx, candidates=MEASURED) -> tuple[Candidate, str, dict]:
+    """The candidate with the best predicted time to accuracy (the same on every rank), one line why, and
+    the link model. Collective: measures the links (every rank) and agrees the estimates."""
+    from gnn_dist.runtime.adaptive import AdaptivePolicy
+    from gnn_dist.runtime.exchange import ExchangeConfig
+
+    links = AdaptivePolicy(ex, ExchangeConfig(codec="adaptive")).links
+    blocks = wire_widths(widths, ex.config.input_cache)
+    wires = sorted({c.wire for c in candidates})
+    mine = [compute_seconds(graph, widths)] + [comm_seconds(ex, links, blocks, w) for w in wires]
+    agreed = all_sum(torch.tensor(mine, dtype=torch.float64), ctx, op=torch.distributed.ReduceOp.MAX).tolist()
+    compute, comm = agreed[0], dict(zip(wires, agreed[1:]))
+    return (*pick(compute, comm, candidates), links)
+
+
+def apply(ex, cand: Candidate, links: dict) -> None:
+    """Switch exchange `ex`, before any training step, to `cand`'s settings (adaptive: the links measured)."""
+    from gnn_dist.runtime.adaptive import AdaptivePolicy
+    from gnn_dist.runtime.exchange import ExchangeConfig
+
+    keep = {k: getattr(ex.config, k) for k in ("input_cache", "adaptive_every", "budget_bits")}
+    ex.config = ExchangeConfig(**keep, **cand.settings, links=links).validate()
+    ex.policy = AdaptivePolicy(ex, ex.config) if ex.config.codec == "adaptive" else None
+
+
+def pick(compute: float, comm: dict, candidates=MEASURED) -> tuple[Candidate, str]:
+    """The candidate of least predicted time to accuracy (the first on ties) and one line why."""
+    scored = [(predict(compute, comm, c), c) for c in candidates]
+    (epoch, tta), best = min(scored, key=lambda s: s[0][1])
+    exact = next(p for p, c in scored if c.name == "exact")
+    others = ", ".join(f"{c.name} {p[0]:.3f} s x {c.epochs:g}" for p, c in scored if c is not best)
+    why = (f"--exchange auto: {best.name} (predicted {epoch:.3f} s/epoch x {best.epochs:g} of exact's epochs to "
+           f"the target: {exact[1] / tta:.2f}x exact's speed to accuracy; compute {compute:.3f} s/epoch, "
+           f"wire {', '.join(f'{w} {s:.3f} s' for w, s in comm.items())}; others: {others})")
+    return best, why
