@@ -42,6 +42,9 @@ MEASURED = (
 )
 
 
+WIN = 0.9  # another setting replaces exact only when predicted to reach the target in <= 0.9x exact's time
+
+
 def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) -> list[tuple[int, int]]:
     """(d_in, d_out) of each layer of the built-in models."""
     dims = [num_features] + [hidden] * (layers - 1) + [num_classes]
@@ -127,10 +130,11 @@ def apply(ex, cand: Candidate, links: dict) -> None:
 
 
 def pick(compute: float, comm: dict, candidates=MEASURED) -> tuple[Candidate, str]:
-    """The candidate of least predicted time to accuracy (the first on ties) and one line why."""
+    """The candidate of least predicted time to accuracy and one line why; exact unless another is predicted
+    at least `WIN` times sooner (the prediction leaves out encoding and the runtime's overheads)."""
     scored = [(predict(compute, comm, c), c) for c in candidates]
-    (epoch, tta), best = min(scored, key=lambda s: s[0][1])
     exact = next(p for p, c in scored if c.name == "exact")
+    (epoch, tta), best = min(scored, key=lambda s: s[0][1] / (1.0 if s[1].name == "exact" else WIN))
     others = ", ".join(f"{c.name} {p[0]:.3f} s x {c.epochs:g}" for p, c in scored if c is not best)
     why = (f"--exchange auto: {best.name} (predicted {epoch:.3f} s/epoch x {best.epochs:g} of exact's epochs to "
            f"the target: {exact[1] / tta:.2f}x exact's speed to accuracy; compute {compute:.3f} s/epoch, "

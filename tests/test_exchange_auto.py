@@ -1,0 +1,67 @@
+"""`--exchange auto`: which setting the prediction picks, from what, and that it never picks an unmeasured one."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from gnn_dist.runtime import advice, codec
+from tests.conftest import cli_partition, one_error_line, run_cli, run_mpi
+
+
+def test_fast_links_keep_exact_and_slow_links_pick_adaptive():
+    exact_only_costs = {"fp32": 0.01, "int4": 0.002}  # the wire is nearly free: not worth a codec (WIN)
+    best, why = advice.pick(compute=0.15, comm=exact_only_costs)
+    assert best.name == "exact" and why.startswith("--exchange auto: exact")
+    slow = {"fp32": 0.40, "int4": 0.06}  # 1 Gbit/s-like: fp32 halo rows cost more than the compute
+    best, why = advice.pick(compute=0.15, comm=slow)
+    assert best.name == "adaptive" and "x exact's speed to accuracy" in why
+
+
+def test_epochs_to_the_target_weigh_in_not_epoch_time_alone():
+    """A stale candidate hides the wire behind the epoch, but if it needs many more epochs it loses anyway."""
+    exact = advice.MEASURED[0]
+    slow_stale = advice.Candidate("stale", {"staleness": 1}, 3.0, "fp32", True)
+    assert advice.pick(0.15, {"fp32": 0.10}, (exact, slow_stale))[0].name == "exact"  # 0.25 x 1 < 0.15 x 3
+    assert advice.pick(0.15, {"fp32": 1.0}, (exact, slow_stale))[0].name == "exact"  # 1.15 x 1 < 1.0 x 3
+    quick_stale = advice.Candidate("stale", {"staleness": 1}, 1.0, "fp32", True)
+    assert advice.pick(0.15, {"fp32": 1.0}, (exact, quick_stale))[0].name == "stale"  # 1.0 x 1 < 0.9 x 1.15 x 1
+
+
+def test_every_candidate_was_measured_to_reach_the_target():
+    """Auto picks only settings measured to pay: each has a finite epochs factor, and exact is among them."""
+    names = [c.name for c in advice.MEASURED]
+    assert names[0] == "exact" and len(set(names)) == len(names)
+    assert all(0 < c.epochs < float("inf") for c in advice.MEASURED)
+
+
+def test_blocks_per_epoch_follow_the_layers_choice_of_width():
+    widths = advice.layer_widths(128, 128, 8, 3)
+    assert widths == [(128, 128), (128, 128), (128, 8)]
+    assert advice.wire_widths(widths, input_cache=True) == [128, 128, 8, 8]  # layer 0's rows travel once
+    assert advice.wire_widths(widths, input_cache=False) == [128, 128, 128, 8, 8]
+    assert advice.wire_widths(advice.layer_widths(500, 16, 3, 2), True) == [16, 16, 3, 3]  # 500 > 2 x 16: XW
+
+
+def test_wire_time_is_the_busier_interface_of_each_block():
+    ex = SimpleNamespace(rank=0, send_counts=[0, 100, 300], recv_counts=[0, 50, 50])
+    links = {(0, 1): (1e-8, 1e-4), (0, 2): (2e-8, 1e-4), (1, 0): (1e-8, 1e-4), (2, 0): (1e-8, 1e-4)}
+    out = 1e-8 * 100 * 64 * 4 + 1e-4 + 2e-8 * 300 * 64 * 4 + 1e-4  # egress: both links, each at its speed
+    assert advice.comm_seconds(ex, links, [64], "fp32") == pytest.approx(out)
+    int4 = codec.wire_bytes(300, 64, "int4")
+    assert advice.comm_seconds(ex, links, [64, 64], "int4") == pytest.approx(
+        2 * (1e-8 * codec.wire_bytes(100, 64, "int4") + 2e-8 * int4 + 2e-4))
+
+
+def test_auto_refuses_hand_set_policies_in_one_line(tmp_path):
+    r = run_cli("train", "--partition", str(tmp_path), "--exchange", "auto", "--codec", "int8")
+    one_error_line(r, "--exchange auto picks the codec")
+
+
+@pytest.mark.slow  # a multi-rank launch
+def test_auto_says_what_it_picked_and_trains(tmp_path):
+    part = cli_partition(tmp_path, "cora", 2)
+    r = run_mpi(2, "train", "--partition", part, "--exchange", "auto", "--epochs", "3", "--quiet")
+    lines = [ln for ln in r.stderr.splitlines() if "--exchange auto:" in ln]
+    assert len(lines) == 1 and any(f"auto: {c.name} " in lines[0] for c in advice.MEASURED), r.stderr
+    assert "final epoch 2" in r.stdout
