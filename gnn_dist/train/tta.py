@@ -8,7 +8,8 @@ apart, so evaluating every epoch does not distort the figure) and the
 validation and test scores of that epoch (`val_acc`, `test_acc`; or `_f1`,
 `_rocauc`, `_auc`).
 
-Validation picks the epoch, as a user without the test labels would: after
+Validation picks the epoch, as a user without the test labels would (a run
+without a validation split, a dynamic graph's, is picked by its test score): after
 epoch e the model kept is the one of the best validation score so far
 (the first such epoch on ties), and the run has reached the target at the
 first e where that model's test score is at least the target. The wall time
@@ -45,6 +46,12 @@ def metric_of(records: list[dict]) -> str:
     raise ValueError("the records carry no test score (test_acc, test_f1, test_rocauc or test_auc)")
 
 
+def _picker(records: list[dict], name: str) -> str:
+    """The score that picks the epoch: validation, or the test score where a run has no validation split
+    (dynamic graphs score train and test periods only)."""
+    return f"val_{name}" if any(f"val_{name}" in r for r in records) else f"test_{name}"
+
+
 def default_target(exact: list[dict], margin: float = MARGIN) -> float:
     """The exact run's test score at its last evaluated epoch, minus `margin`."""
     key = f"test_{metric_of(exact)}"
@@ -54,17 +61,18 @@ def default_target(exact: list[dict], margin: float = MARGIN) -> float:
 def time_to_target(records: list[dict], target: float) -> Reached:
     """When the validation-picked model of a run first has a test score >= target (see the module)."""
     name = metric_of(records)
-    scored = [r[f"test_{name}"] for r in records if f"val_{name}" in r]
+    by = _picker(records, name)
+    scored = [r[f"test_{name}"] for r in records if by in r]
     final = scored[-1] if scored else None
     wall = evals = 0.0
     best_val = picked = None
     for i, r in enumerate(records):
         wall += float(r.get("epoch_time", 0.0))
         evals += float(r.get("eval_time", 0.0))
-        if f"val_{name}" not in r:
+        if by not in r:
             continue
-        if best_val is None or r[f"val_{name}"] > best_val:
-            best_val, picked = r[f"val_{name}"], r[f"test_{name}"]
+        if best_val is None or r[by] > best_val:
+            best_val, picked = r[by], r[f"test_{name}"]
         if picked >= target:
             return Reached(i + 1, wall, picked, evals, final)
     return Reached(None, None, None, evals, final)
@@ -73,13 +81,14 @@ def time_to_target(records: list[dict], target: float) -> Reached:
 def curve(records: list[dict]) -> tuple[list[float], list[float]]:
     """(cumulative training seconds, test score of the validation-picked model) at each evaluated epoch."""
     name = metric_of(records)
+    by = _picker(records, name)
     wall, best_val, xs, ys = 0.0, None, [], []
     for r in records:
         wall += float(r.get("epoch_time", 0.0))
-        if f"val_{name}" not in r:
+        if by not in r:
             continue
-        if best_val is None or r[f"val_{name}"] > best_val:
-            best_val, picked = r[f"val_{name}"], r[f"test_{name}"]
+        if best_val is None or r[by] > best_val:
+            best_val, picked = r[by], r[f"test_{name}"]
         xs.append(wall)
         ys.append(picked)
     return xs, ys
