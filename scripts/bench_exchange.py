@@ -7,8 +7,9 @@ Brings up the lab (scripts/netlab.py), partitions the data set, and trains the
 same model under each exchange setting, one rank per namespace: vanilla exact
 without and with overlap (every layer's halo sent every epoch), exact with the
 input cache (the input features' halo fetched once), adaptive without it,
-then with it: int8, int4, adaptive, staleness=1, adaptive + staleness, and a
-compute-only run (halo rows replaced by zeros, nothing sent) as the floor.
+then with it: int8, int4, adaptive, staleness=1, adaptive + staleness, staleness with fresh
+gradients (only forward rows stale) alone and with adaptive, skipping (--skip-threshold 0.5),
+`--exchange auto`, and a compute-only run (halo rows replaced by zeros, nothing sent) as the floor.
 Prints epoch time and halo bytes per epoch with ratios against exact
 no-overlap and against max(compute-only, busiest rank's bytes / link rate),
 then plots final test accuracy against epoch time. Each setting is evaluated every --eval-every
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config  # noqa: E402
 from partition.errors import MissingExtraError  # noqa: E402
 
 # The baseline is vanilla: every layer's halo sent every epoch. gnn-dist's own settings fetch the static
@@ -47,6 +49,10 @@ SETTINGS = {
     "adaptive": ["--codec", "adaptive"],
     "stale1": ["--staleness", "1"],
     "adaptive+stale1": ["--codec", "adaptive", "--staleness", "1"],
+    "stale1-fresh-grads": ["--staleness", "1", "--stale-grads", "fresh"],
+    "adaptive+stale1-fresh-grads": ["--codec", "adaptive", "--staleness", "1", "--stale-grads", "fresh"],
+    "skip": ["--skip-threshold", "0.5"],
+    "auto": ["--exchange", "auto"],
     "compute-only": ["--compute-only"],
 }
 
@@ -92,19 +98,18 @@ def worker(a: argparse.Namespace) -> None:
 
     from gnn_dist.graph.load import load_partition
     from gnn_dist.nn import build_model
-    from gnn_dist.runtime.exchange import ExchangeConfig
     from gnn_dist.runtime.launch import init
     from gnn_dist.train.node import Trainer
     from partition.store import read_meta
 
     ctx = init(expected_world=read_meta(a.worker)["num_parts"], timeout_s=600)
-    cfg = ExchangeConfig(codec=a.codec, staleness=a.staleness, adaptive_every=10**9,
-                         input_cache=not a.no_input_cache)
-    graph = load_partition(a.worker, ctx, overlap=not a.no_overlap, verify=False, exchange=cfg)
+    graph = load_partition(a.worker, ctx, overlap=not a.no_overlap, verify=False, exchange=exchange_config(a))
     if a.compute_only:
         graph.exchange = NoExchange(graph.exchange)
     torch.manual_seed(0)
     model = build_model(a.model, graph.num_features, a.hidden, graph.num_classes, layers=a.layers, dropout=0.5)
+    if a.exchange == "auto":
+        auto_exchange(a, ctx, graph, graph.num_classes)
     tr = Trainer(model, graph, ctx, progress=False, eval_every=0, lr=0.01)
     times, sent, waited, cpu, records = [], [], [], [], []
     for e in range(a.epochs):
@@ -163,9 +168,12 @@ def main() -> None:
                     help="also run on a partition by method M (e.g. mtkahypar, kahip) and compare with METIS")
     ap.add_argument("--partition-objective", default="vol", choices=["cut", "vol"],
                     help="objective of --partition-method where it takes one (default vol)")
-    for flag in ("--worker", "--result", "--codec"):
-        ap.add_argument(flag, default=None if flag != "--codec" else "fp32", help=argparse.SUPPRESS)
-    ap.add_argument("--staleness", type=int, default=0, help=argparse.SUPPRESS)
+    for flag in ("--worker", "--result"):
+        ap.add_argument(flag, default=None, help=argparse.SUPPRESS)
+    known = len(ap._actions)
+    add_exchange_flags(ap)  # a worker's setting: SETTINGS' flags, as `gnn-dist train` takes them
+    for action in ap._actions[known:]:
+        action.help = argparse.SUPPRESS
     ap.add_argument("--no-overlap", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-input-cache", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--compute-only", action="store_true", help=argparse.SUPPRESS)
