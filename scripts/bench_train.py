@@ -10,7 +10,10 @@ path and against P=1, and each configuration's peak RSS per rank. Each
 gnn-dist configuration runs with torch's huge pages where `gnn-dist train`
 would turn them on for its partition (THP_MEM_ALLOC_ENABLE, see
 gnn_dist/runtime/malloc.py), and PyG's rows as the smallest P does; a value in
-the environment applies to every row.
+the environment applies to every row. A second table gives each configuration's
+time to accuracy (gnn_dist.train.tta: evaluated every --eval-every epochs, timed
+apart; the target is PyG adj_t's final test accuracy minus 0.3 points, or
+--target; --png plots it): give --epochs enough to get there (e.g. 100).
 """
 from __future__ import annotations
 
@@ -32,8 +35,18 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "cpu", transport: str = "auto") -> None:
-    """One rank: train `epochs` epochs, report mean epoch time after one warm-up and peak RSS."""
+def evaluate_into(record: dict, evaluate, epoch: int, epochs: int, every: int) -> None:
+    """Scores of this epoch's model into `record`, timed apart (`eval_time`), every `every` epochs and at the end."""
+    if epoch == epochs or (every and epoch % every == 0):
+        t = time.perf_counter()
+        record.update(evaluate())
+        record["eval_time"] = time.perf_counter() - t
+
+
+def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "cpu", transport: str = "auto",
+           eval_every: int = 1) -> None:
+    """One rank: train 1 + `epochs` epochs, each evaluated (timed apart) every `eval_every`; report the mean
+    epoch time after the warm-up one, the per-epoch records and peak RSS."""
     import torch
     import torch.distributed as dist
 
@@ -50,15 +63,22 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
     torch.manual_seed(0)
     net = build_model(model, graph.num_features, hidden, graph.num_classes, layers=2, dropout=0.5)
     trainer = Trainer(net, graph, ctx, progress=False, eval_every=0)
-    trainer.train_epoch(0)
-    if ctx.world_size > 1:
-        dist.barrier()
-    t = time.perf_counter()
-    for e in range(1, epochs + 1):
+    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
+    records = []
+    for e in range(epochs + 1):  # epoch 0 warms up: in time to accuracy, not in the mean epoch time
+        if ctx.world_size > 1:
+            dist.barrier()
+        t = time.perf_counter()
         trainer.train_epoch(e)
-    if ctx.device.type == "cuda":
-        torch.cuda.synchronize()
-    dt = (time.perf_counter() - t) / epochs
+        sync()
+        records.append({"epoch": e, "epoch_time": time.perf_counter() - t})
+        evaluate_into(records[-1], trainer.evaluate, e, epochs, eval_every)
+    times = torch.tensor([r["epoch_time"] for r in records])
+    if ctx.world_size > 1:
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)  # an epoch ends when its slowest rank does
+    for r, dt in zip(records, times.tolist()):
+        r["epoch_time"] = dt
+    dt = sum(times.tolist()[1:]) / epochs
     rss = [None] * ctx.world_size
     if ctx.world_size > 1:
         dist.all_gather_object(rss, peak_rss_mb())
@@ -67,7 +87,7 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
     if ctx.is_main:
         placement = f"{ctx.device}, {ctx.backend}" + (" staged through host memory" if staging.active() else "")
         print("RESULT " + json.dumps({"epoch_s": dt, "rss_mb": rss, "threads": torch.get_num_threads(),
-                                     "placement": placement}))
+                                     "placement": placement, "records": records}))
     ctx.close()
 
 
@@ -86,7 +106,8 @@ def sparse_adj_t(g, model: str, net):
     return adj_t.to_sparse_csr()
 
 
-def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str, device: str = "cpu") -> None:
+def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str, device: str = "cpu",
+              eval_every: int = 1) -> None:
     """PyG single process on the whole graph, same model and optimizer; run in its own process for a clean RSS.
 
     `path` "adj_t": a normalised torch.sparse CSR adjacency (PyG's fastest CPU path); "edge_index": the
@@ -114,19 +135,30 @@ def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str, device
     opt = torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=5e-4)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
+    vm, sm = torch.from_numpy(g.val_mask).to(device), torch.from_numpy(g.test_mask).to(device)
+
     def step():
+        net.train()
         opt.zero_grad()
         F.cross_entropy(net(x, ei)[tm], y[tm]).backward()
         opt.step()
 
-    step()
-    sync()
-    t = time.perf_counter()
-    for _ in range(epochs):
+    @torch.no_grad()
+    def evaluate() -> dict:
+        net.eval()
+        pred = net(x, ei).argmax(dim=1)
+        return {f"{k}_acc": float((pred[m] == y[m]).float().mean()) for k, m in (("val", vm), ("test", sm))}
+
+    records = []
+    for e in range(epochs + 1):  # epoch 0 warms up, as gnn-dist's
+        sync()
+        t = time.perf_counter()
         step()
-    sync()
-    print("RESULT " + json.dumps({"epoch_s": (time.perf_counter() - t) / epochs, "rss_mb": [peak_rss_mb()],
-                                 "threads": torch.get_num_threads()}))
+        sync()
+        records.append({"epoch": e, "epoch_time": time.perf_counter() - t})
+        evaluate_into(records[-1], evaluate, e, epochs, eval_every)
+    print("RESULT " + json.dumps({"epoch_s": sum(r["epoch_time"] for r in records[1:]) / epochs,
+                                 "rss_mb": [peak_rss_mb()], "threads": torch.get_num_threads(), "records": records}))
 
 
 def huge_pages(part_dir: Path, hidden: int) -> dict:
@@ -156,19 +188,25 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--transports", default="auto",
                     help="comma-separated CPU halo transports to run P > 1 with, side by side (auto: small plans over MPI)")
+    ap.add_argument("--eval-every", type=int, default=1,
+                    help="evaluate every N epochs, timed apart, for time to accuracy (0: the last epoch only)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="test accuracy to reach (default: PyG adj_t's final test accuracy minus 0.3 points)")
+    ap.add_argument("--png", default=None, help="also plot time to accuracy here")
     ap.add_argument("--transport", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--pyg", default=None, choices=["adj_t", "edge_index"], help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        return worker(a.worker, a.epochs, a.hidden, a.model, a.device, a.transport)
+        return worker(a.worker, a.epochs, a.hidden, a.model, a.device, a.transport, a.eval_every)
     if a.pyg:
-        return pyg_child(a.dataset, a.epochs, a.hidden, a.model, a.pyg, a.device)
+        return pyg_child(a.dataset, a.epochs, a.hidden, a.model, a.pyg, a.device, a.eval_every)
 
     from gnn_dist.cli import main as cli
 
     me = [sys.executable, str(Path(__file__).resolve())]
-    common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--device", a.device]
+    common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--device", a.device,
+              "--eval-every", str(a.eval_every)]
     mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     ranks = [int(x) for x in a.ranks.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -191,6 +229,17 @@ def main() -> None:
         vs_p1 = f"{r['epoch_s'] / p1:.2f}" if p1 and name.startswith("gnn") else "-"
         rss = "/".join(f"{m:.0f}" for m in r["rss_mb"])
         print(f"{name:<18} {r['threads']:>12} {r['epoch_s']:>9.3f} {r['epoch_s'] / base:>7.2f} {vs_p1:>7} {rss:>18}")
+    time_to_accuracy(a, {name: r["records"] for name, r in rows.items()})
+
+
+def time_to_accuracy(a: argparse.Namespace, runs: dict) -> None:
+    """Every configuration's time to the target (gnn_dist.train.tta), the warm-up epoch included."""
+    from gnn_dist.train import tta
+
+    target = a.target if a.target is not None else tta.default_target(runs["PyG adj_t"])
+    print(f"\n{tta.table(runs, target)}")
+    if a.png:
+        print(f"plot: {tta.plot(runs, target, a.png, f'time to accuracy, {a.dataset.split(chr(44))[0]}')}")
 
 
 if __name__ == "__main__":
