@@ -9,7 +9,10 @@ Part 2 (`--part speed`): a drifting SBM. Epoch time of gnn-dist with
 incremental plans (stored differences applied), with plans rebuilt every
 snapshot (halo derived from the edges and agreed with the peers), both
 re-deriving every epoch (no plan cache), against P=1, and with plans cached
-after the first epoch — all in one run.
+after the first epoch — all in one run; then each run's time to accuracy
+(gnn_dist.train.tta: evaluated every --eval-every epochs, timed apart; no
+validation split, so the test score picks the epoch; target: P=1's final test
+accuracy minus 0.3 points, or --target).
 
 Part 3 (`--part sequence`): a long sequence of small graphs (740 snapshots of
 700 nodes, like PyG-Temporal's bus-traffic data), where every all-to-all's
@@ -42,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from gnn_dist.data import load_dataset  # noqa: E402
 from gnn_dist.nn.dynamic import build_dynamic_model, to_pyg_dynamic  # noqa: E402
+from gnn_dist.train import tta  # noqa: E402
 from gnn_dist.train.dynamic_reference import ReferenceRun  # noqa: E402
 from partition.dynamic_parts import write_snapshot_partition  # noqa: E402
 
@@ -100,14 +104,15 @@ def speed(a: argparse.Namespace, tmp: Path) -> None:
         print(f"P={ranks}: partition {time.perf_counter() - t0:.1f}s, halo {c['halo_rows_mean']:.0f} rows per snapshot, "
               f"per step +{c['halo_added_per_step']:.0f} / -{c['halo_removed_per_step']:.0f} halo rows, "
               f"+{c['edges_added_per_step']:.0f} / -{c['edges_removed_per_step']:.0f} edges", flush=True)
-    rows = []
+    rows, curves = [], {}
     for ranks, mode, fresh, extra in runs:  # fresh: re-derive every snapshot's plan every epoch (no cache)
         recs = launch(parts[ranks], ranks, tmp / f"speed-{ranks}-{mode}-{fresh}-{len(extra)}.jsonl", "--model",
                       a.model, "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--window", str(a.window),
-                      "--plans", mode, "--eval-every", "0", *(["--no-plan-cache"] if fresh else []), *extra,
-                      device=a.device)
+                      "--plans", mode, "--eval-every", str(a.eval_every), *(["--no-plan-cache"] if fresh else []),
+                      *extra, device=a.device)
         steady = recs[1:] or recs  # the first epoch pays start-up costs
         label = mode + (" no-overlap" if extra else "") + ("" if fresh else ", plans cached")
+        curves[f"P={ranks} {label}"] = recs
         rows.append((ranks, label, float(np.median([r["epoch_time"] for r in steady])),
                      float(np.median([r["plan_time"] for r in steady])), recs[-1].get("test_acc", float("nan"))))
     base = rows[1][2]
@@ -116,6 +121,8 @@ def speed(a: argparse.Namespace, tmp: Path) -> None:
     print("|---|---|---|---|---|---|---|")
     for ranks, mode, ep, plan, acc in rows:
         print(f"| {ranks} | {mode} | {ep:.3f} | {plan:.3f} | {ep / base:.2f} | {ep / p1:.2f} | {acc:.3f} |")
+    target = a.target if a.target is not None else tta.default_target(next(iter(curves.values())))
+    print(f"\n{tta.table(curves, target)}")
 
 
 def sequence(a: argparse.Namespace, tmp: Path) -> None:
@@ -184,6 +191,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--window", type=int, default=8)
+    ap.add_argument("--eval-every", type=int, default=1,
+                    help="speed part: evaluate every N epochs, timed apart, for time to accuracy (0: the last only)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="speed part: test accuracy to reach (default: P=1's final test accuracy minus 0.3 points)")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--model", default="gcrn", help="speed part: evolvegcn | gcrn")
     ap.add_argument("--dsbm", default="dsbm:nodes=50000,communities=8,snapshots=12,avg_degree=10,drift=0.05,"

@@ -4,7 +4,9 @@ One run partitions a typed SBM, then trains R-GCN on P ranks with the row
 exchange and with relation aggregates first (`--relagg`), and HeteroConv over
 per-relation SAGE layers (`--model hsage`), several seeds each,
 and prints one table: halo rows the plans send per layer and direction (all
-ranks), bytes all ranks sent per training epoch (measured), and final test accuracy.
+ranks), bytes all ranks sent per training epoch (measured), and final test accuracy;
+then each run's time to accuracy (gnn_dist.train.tta; evaluated every --eval-every
+epochs, timed apart; target: seed 0's row exchange's final test accuracy minus 0.3 points, or --target).
 
     python scripts/bench_typed.py [--ranks 4] [--epochs 50] [--seeds 3] [--device cpu|cuda]
 """
@@ -20,6 +22,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gnn_dist.train import tta  # noqa: E402
+
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 
 
@@ -38,6 +44,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--eval-every", type=int, default=1,
+                    help="evaluate every N epochs, timed apart, for time to accuracy (0: the last epoch only)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="test accuracy to reach (default: seed 0's row exchange's final test accuracy minus 0.3 points)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: the ranks on the GPU (ranks sharing one GPU stage through host memory)")
     a = ap.parse_args()
@@ -57,7 +67,7 @@ def bench(spec: str, a: argparse.Namespace) -> None:
         print(f"\n{spec}\n{meta['graph']}: {meta['num_nodes']} nodes ({', '.join(f'{t} {n}' for t, n in zip(meta['node_types'], meta['node_counts']))}), "  # noqa: E501
               f"{meta['num_edges']} edges, {len(meta['edge_types'])} relations, {a.ranks} parts; "
               f"{ra['relations_aggregated']} of {ra['pair_relations']} (owner, receiver, relation) triples aggregated")
-        rows = {}
+        rows, runs = {}, {}
         for name, model, extra in (("row exchange", "rgcn", []), ("relation aggregates first", "rgcn", ["--relagg"]),
                                    ("HeteroConv(SAGE): one halo per layer", "hsage", [])):
             accs, sent = [], []
@@ -65,9 +75,10 @@ def bench(spec: str, a: argparse.Namespace) -> None:
                 log = Path(d) / f"{model}-{len(extra)}-{seed}.jsonl"
                 run([MPIEXEC, "-n", str(a.ranks), sys.executable, "-m", "gnn_dist", "train", "--partition", str(part),
                      "--model", model, "--hidden", str(a.hidden), "--epochs", str(a.epochs), "--seed", str(seed),
-                     "--eval-every", "0", "--quiet", "--log", str(log), *extra,
+                     "--eval-every", str(a.eval_every), "--quiet", "--log", str(log), *extra,
                      *(["--backend", "gloo"] if a.device == "cpu" else [])])
                 recs = [json.loads(x) for x in log.read_text().splitlines()]
+                runs[f"{name.split(':')[0]}, seed {seed}"] = recs
                 accs.append(recs[-1]["test_acc"])
                 sent.append(np.mean([r["halo_bytes_all_ranks"] for r in recs]))
             rows[name] = (float(np.mean(sent)), accs)
@@ -80,6 +91,8 @@ def bench(spec: str, a: argparse.Namespace) -> None:
         for name, (b, accs) in rows.items():
             print(f"| {name} | {plan_rows[name]} | {b / 1e6:.2f} MB | {b / base:.3f} | "
                   f"{' / '.join(f'{x:.4f}' for x in accs)} | {np.mean(accs):.4f} |", flush=True)
+        target = a.target if a.target is not None else tta.default_target(runs["row exchange, seed 0"])
+        print(f"\n{tta.table(runs, target)}")
 
 
 if __name__ == "__main__":

@@ -98,13 +98,14 @@ def table(runs: dict[str, list[dict]], target: float) -> str:
     """Per run: time and epochs to the target (or 'not reached'), that point's test score, the final one,
     and the evaluation time kept out of the figure."""
     name = metric_of(next(iter(runs.values())))
+    w = max([24] + [len(label) for label in runs])
     lines = [f"time to test {name} >= {target:.4f} (validation picks the epoch; evaluation time apart)",
-             f"{'setting':<24} {'to target':>18} {'test there':>10} {'final test':>10} {'eval s':>7}"]
+             f"{'setting':<{w}} {'to target':>18} {'test there':>10} {'final test':>10} {'eval s':>7}"]
     for label, records in runs.items():
         r = time_to_target(records, target)
         there = f"{r.test:.4f}" if r.test is not None else "-"
         final = f"{r.final_test:.4f}" if r.final_test is not None else "-"
-        lines.append(f"{label:<24} {r.cell():>18} {there:>10} {final:>10} {r.eval_s:>7.1f}")
+        lines.append(f"{label:<{w}} {r.cell():>18} {there:>10} {final:>10} {r.eval_s:>7.1f}")
     return "\n".join(lines)
 
 
