@@ -9,23 +9,30 @@ from gnn_dist.runtime import advice, codec
 from tests.conftest import cli_partition, one_error_line, run_cli, run_mpi
 
 
-def test_fast_links_keep_exact_and_slow_links_pick_adaptive():
-    exact_only_costs = {"fp32": 0.01, "int4": 0.002}  # the wire is nearly free: not worth a codec (WIN)
-    best, why = advice.pick(compute=0.15, comm=exact_only_costs)
+def test_fast_links_keep_exact_and_slow_links_pick_a_cheaper_wire():
+    nearly_free = {"fp32": (0.005, 0.005), "int4": (0.001, 0.001)}  # not worth a codec (WIN)
+    best, why = advice.pick(compute=0.15, comm=nearly_free)
     assert best.name == "exact" and why.startswith("--exchange auto: exact")
-    slow = {"fp32": 0.40, "int4": 0.06}  # 1 Gbit/s-like: fp32 halo rows cost more than the compute
+    slow = {"fp32": (0.20, 0.20), "int4": (0.03, 0.03)}  # 1 Gbit/s-like: fp32 halo rows cost more than compute
     best, why = advice.pick(compute=0.15, comm=slow)
     assert best.name == "adaptive" and "x exact's speed to accuracy" in why
 
 
+def test_stale_forward_rows_cost_only_what_compute_does_not_hide():
+    stale = advice.Candidate("stale", {"staleness": 1}, 1.0, "fp32", True)
+    assert advice.predict(0.15, {"fp32": (0.10, 0.08)}, stale)[0] == pytest.approx(0.15 + 0.08)
+    assert advice.predict(0.15, {"fp32": (0.40, 0.08)}, stale)[0] == pytest.approx(0.15 + 0.08 + 0.25)
+    assert advice.predict(0.15, {"fp32": (0.40, 0.08)}, advice.MEASURED[0])[0] == pytest.approx(0.63)
+
+
 def test_epochs_to_the_target_weigh_in_not_epoch_time_alone():
-    """A stale candidate hides the wire behind the epoch, but if it needs many more epochs it loses anyway."""
+    """A stale candidate hides the forward wire, but if it needs many more epochs it loses anyway."""
     exact = advice.MEASURED[0]
     slow_stale = advice.Candidate("stale", {"staleness": 1}, 3.0, "fp32", True)
-    assert advice.pick(0.15, {"fp32": 0.10}, (exact, slow_stale))[0].name == "exact"  # 0.25 x 1 < 0.15 x 3
-    assert advice.pick(0.15, {"fp32": 1.0}, (exact, slow_stale))[0].name == "exact"  # 1.15 x 1 < 1.0 x 3
-    quick_stale = advice.Candidate("stale", {"staleness": 1}, 1.0, "fp32", True)
-    assert advice.pick(0.15, {"fp32": 1.0}, (exact, quick_stale))[0].name == "stale"  # 1.0 x 1 < 0.9 x 1.15 x 1
+    comm = {"fp32": (0.5, 0.1)}  # compute 0.5 s hides the forward rows entirely
+    assert advice.pick(0.5, comm, (exact, slow_stale))[0].name == "exact"  # 1.1 x 1 < 0.6 x 3
+    quick_stale = advice.Candidate("stale", {"staleness": 1}, 1.1, "fp32", True)
+    assert advice.pick(0.5, comm, (exact, quick_stale))[0].name == "stale"  # 0.6 x 1.1 < 0.9 x 1.1
 
 
 def test_every_candidate_was_measured_to_reach_the_target():
@@ -38,9 +45,9 @@ def test_every_candidate_was_measured_to_reach_the_target():
 def test_blocks_per_epoch_follow_the_layers_choice_of_width():
     widths = advice.layer_widths(128, 128, 8, 3)
     assert widths == [(128, 128), (128, 128), (128, 8)]
-    assert advice.wire_widths(widths, input_cache=True) == [128, 128, 8, 8]  # layer 0's rows travel once
-    assert advice.wire_widths(widths, input_cache=False) == [128, 128, 128, 8, 8]
-    assert advice.wire_widths(advice.layer_widths(500, 16, 3, 2), True) == [16, 16, 3, 3]  # 500 > 2 x 16: XW
+    assert advice.wire_widths(widths, input_cache=True) == ([128, 8], [128, 8])  # layer 0's rows travel once
+    assert advice.wire_widths(widths, input_cache=False) == ([128, 128, 8], [128, 8])  # and need no gradient
+    assert advice.wire_widths(advice.layer_widths(500, 16, 3, 2), True) == ([16, 3], [16, 3])  # 500 > 2 x 16: XW
 
 
 def test_wire_time_is_the_busier_interface_of_each_block():

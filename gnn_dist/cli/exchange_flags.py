@@ -30,9 +30,9 @@ def add_exchange_flags(p) -> None:
     p.add_argument("--stale-bound", type=float, default=0.0, metavar="B",
                    help="with --staleness: an epoch whose smoothed relative drift exceeds B waits for its fresh "
                         "block (0: never)")
-    p.add_argument("--stale-grads", default="same", choices=["same", "plain", "fresh"],
-                   help="with --staleness: backward gradients follow the forward policy (same), go stale unsmoothed "
-                        "(plain), or are waited for (fresh)")
+    p.add_argument("--stale-grads", default="fresh", choices=["fresh", "plain", "same"],
+                   help="with --staleness: backward gradients are waited for (fresh, default), go stale unsmoothed "
+                        "(plain), or follow the forward rows' policy (same: PipeGCN)")
     p.add_argument("--skip-threshold", type=float, default=0.0,
                    help="resend a halo row only when its relative change exceeds this (default 0: always)")
     p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")

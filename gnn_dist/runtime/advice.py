@@ -11,7 +11,8 @@ Time to accuracy = epochs to the target x time per epoch (`gnn_dist.train.tta`):
   width and codec, over the link model measured at start-up (the adaptive
   policy's alpha x bytes + beta per directed link; an interface carries the
   sum of its links). A fresh exchange waits for its rows (compute +
-  communication); a stale one hides them behind the epoch (the larger of the two).
+  communication); stale forward rows (`--staleness 1`, gradients fresh) travel
+  behind the whole epoch and cost only what its compute does not hide.
 Every rank takes the largest of each figure over ranks, so every rank picks the same.
 """
 from __future__ import annotations
@@ -31,14 +32,15 @@ class Candidate:
     settings: dict  # ExchangeConfig fields
     epochs: float  # epochs to the target over exact's (measured: MEASURED)
     wire: str  # the codec whose bytes it costs (adaptive: its budget, uniform int4)
-    hidden: bool  # its communication overlaps a whole epoch (stale)
+    stale: bool = False  # forward rows stale (gradients fresh, the default): they travel behind the whole epoch
 
 
 # Measured on SBM-50k (GCN, 3 layers, hidden 128, 2 ranks, 150 epochs; docs/benchmarks.md "Time to accuracy"):
 # epochs for the validation-picked model to come within 0.3 points of exact's final test accuracy.
 MEASURED = (
-    Candidate("exact", {}, 1.0, "fp32", False),
-    Candidate("adaptive", {"codec": "adaptive"}, 1.0, "int4", False),
+    Candidate("exact", {}, 1.0, "fp32"),
+    Candidate("adaptive", {"codec": "adaptive"}, 1.0, "int4"),  # 26 epochs against exact's 27
+    Candidate("stale", {"staleness": 1}, 1.11, "fp32", True),  # 30 epochs
 )
 
 
@@ -51,19 +53,18 @@ def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) 
     return list(zip(dims[:-1], dims[1:]))
 
 
-def wire_widths(widths: list[tuple[int, int]], input_cache: bool) -> list[int]:
-    """Widths of the blocks one training epoch sends (forward rows and backward gradients), as the layers
+def wire_widths(widths: list[tuple[int, int]], input_cache: bool) -> tuple[list[int], list[int]]:
+    """Widths of the blocks one training epoch sends, (forward rows, backward gradients), as the layers
     choose them (`gnn_dist.nn.conv.aggregate_first`): the first layer's input needs no gradient, and with
     the input cache its rows travel once, not per epoch."""
-    out = []
+    fwd, bwd = [], []
     for i, (d_in, d_out) in enumerate(widths):
         if i == 0 and d_in <= 2 * d_out:  # aggregates the input features: their rows only, no gradient
-            out += [] if input_cache else [d_in]
-        elif i > 0 and d_in <= d_out:
-            out += [d_in, d_in]
-        else:  # sends XW forward and its gradient back
-            out += [d_out, d_out]
-    return out
+            fwd += [] if input_cache else [d_in]
+        else:  # a hidden layer's rows (or XW, if narrower) forward, and their gradients back
+            w = d_in if i > 0 and d_in <= d_out else d_out
+            fwd, bwd = fwd + [w], bwd + [w]
+    return fwd, bwd
 
 
 def comm_seconds(ex, links: dict, widths: list[int], wire: str) -> float:
@@ -99,8 +100,10 @@ def compute_seconds(graph, widths: list[tuple[int, int]], reps: int = 2) -> floa
 
 
 def predict(compute: float, comm: dict, cand: Candidate) -> tuple[float, float]:
-    """(seconds per epoch, seconds to the target in exact-epoch units x epochs) of one candidate."""
-    epoch = max(compute, comm[cand.wire]) if cand.hidden else compute + comm[cand.wire]
+    """(seconds per epoch, seconds to the target) of one candidate; comm: wire -> (forward s, backward s).
+    Stale forward rows cost only what the epoch's compute does not hide."""
+    fwd, bwd = comm[cand.wire]
+    epoch = compute + bwd + (max(0.0, fwd - compute) if cand.stale else fwd)
     return epoch, epoch * cand.epochs
 
 
@@ -111,11 +114,11 @@ def choose(ex, graph, widths: list[tuple[int, int]], ctx, candidates=MEASURED) -
     from gnn_dist.runtime.exchange import ExchangeConfig
 
     links = AdaptivePolicy(ex, ExchangeConfig(codec="adaptive")).links
-    blocks = wire_widths(widths, ex.config.input_cache)
+    fwd, bwd = wire_widths(widths, ex.config.input_cache)
     wires = sorted({c.wire for c in candidates})
-    mine = [compute_seconds(graph, widths)] + [comm_seconds(ex, links, blocks, w) for w in wires]
+    mine = [compute_seconds(graph, widths)] + [comm_seconds(ex, links, b, w) for w in wires for b in (fwd, bwd)]
     agreed = all_sum(torch.tensor(mine, dtype=torch.float64), ctx, op=torch.distributed.ReduceOp.MAX).tolist()
-    compute, comm = agreed[0], dict(zip(wires, agreed[1:]))
+    compute, comm = agreed[0], {w: (agreed[1 + 2 * i], agreed[2 + 2 * i]) for i, w in enumerate(wires)}
     return (*pick(compute, comm, candidates), links)
 
 
@@ -138,5 +141,6 @@ def pick(compute: float, comm: dict, candidates=MEASURED) -> tuple[Candidate, st
     others = ", ".join(f"{c.name} {p[0]:.3f} s x {c.epochs:g}" for p, c in scored if c is not best)
     why = (f"--exchange auto: {best.name} (predicted {epoch:.3f} s/epoch x {best.epochs:g} of exact's epochs to "
            f"the target: {exact[1] / tta:.2f}x exact's speed to accuracy; compute {compute:.3f} s/epoch, "
-           f"wire {', '.join(f'{w} {s:.3f} s' for w, s in comm.items())}; others: {others})")
+           f"wire (forward + backward) {', '.join(f'{w} {f:.3f} + {b:.3f} s' for w, (f, b) in comm.items())}; "
+           f"others: {others})")
     return best, why
