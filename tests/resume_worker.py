@@ -27,6 +27,8 @@ POLICIES = {
     "fp32": {},
     "int8": {"codec": "int8"},
     "stale": {"staleness": 1},  # blocks in flight at the checkpoint, and the smoothed block in use
+    # stale gradients too, and the drift-corrected form's last received block and smoothed drift
+    "stale-correct": {"staleness": 1, "stale_form": "correct", "stale_grads": "same"},
     "skip": {"skip_threshold": 1.0, "refresh_every": 4},  # skips a third to a half of the rows; refresh after STOP
     "adaptive": {"codec": "adaptive", "adaptive_every": 2, "links": LINKS},  # solved at 1, 2, 4, 6
 }
