@@ -8,7 +8,7 @@ same model under each exchange setting, one rank per namespace: vanilla exact
 without and with overlap (every layer's halo sent every epoch), exact with the
 input cache (the input features' halo fetched once), adaptive without it,
 then with it: int8, int4, adaptive, staleness=1, adaptive + staleness, staleness with fresh
-gradients (only forward rows stale) alone and with adaptive, skipping (--skip-threshold 0.5),
+gradients (only forward rows stale) alone and with adaptive, skipping (--skip-threshold 1),
 `--exchange auto`, and a compute-only run (halo rows replaced by zeros, nothing sent) as the floor.
 Prints epoch time and halo bytes per epoch with ratios against exact
 no-overlap and against max(compute-only, busiest rank's bytes / link rate),
@@ -51,7 +51,7 @@ SETTINGS = {
     "adaptive+stale1": ["--codec", "adaptive", "--staleness", "1"],
     "stale1-fresh-grads": ["--staleness", "1", "--stale-grads", "fresh"],
     "adaptive+stale1-fresh-grads": ["--codec", "adaptive", "--staleness", "1", "--stale-grads", "fresh"],
-    "skip": ["--skip-threshold", "0.5"],
+    "skip": ["--skip-threshold", "1"],
     "auto": ["--exchange", "auto"],
     "compute-only": ["--compute-only"],
 }
