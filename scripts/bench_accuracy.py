@@ -22,8 +22,9 @@ SETTINGS = {
     "int4": ["--codec", "int4"],
     "int2": ["--codec", "int2"],
     "adaptive": ["--codec", "adaptive"],
-    "stale1": ["--staleness", "1"],  # smoothed (PipeGCN-GF, the default --stale-momentum 0.95)
-    "stale1-plain": ["--staleness", "1", "--stale-momentum", "0"],  # PipeGCN as published
+    "stale1": ["--staleness", "1"],  # forward rows smoothed (--stale-momentum 0.95), gradients fresh: the default
+    "stale1-gf": ["--staleness", "1", "--stale-grads", "same"],  # PipeGCN-GF: gradients stale and smoothed too
+    "stale1-plain": ["--staleness", "1", "--stale-grads", "same", "--stale-momentum", "0"],  # PipeGCN as published
     "adaptive+stale1": ["--codec", "adaptive", "--staleness", "1"],
     "skip0.1": ["--skip-threshold", "0.1"],
 }
