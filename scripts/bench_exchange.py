@@ -267,12 +267,13 @@ def report(a, results: dict, rate_bps: float, method: str = "metis") -> None:
           f"{a.model} hidden {a.hidden}, {a.epochs} epochs (mean of epochs 3..{a.epochs})")
     print(f"{'setting':<24} {'epoch s':>8} {'x exact':>8} {'MB/epoch/rank':>14} {'x bytes':>8} "
           f"{'bound s':>8} {'x bound':>8} {'wait ms':>8} {'cpu s':>6} {'test acc':>8}")
-    base_b = max(results.get("exact-no-overlap", {}).get("bytes_per_rank", [1]))
+    base_b = max(results.get("exact-no-overlap", {}).get("bytes_per_rank", [0]))
     for name, r in results.items():
         b = max(r["bytes_per_rank"])
         bound = max(floor_c, b / rate_bps)
         ratio = f"{r['epoch_s'] / base:.2f}" if base else "-"
-        print(f"{name:<24} {r['epoch_s']:>8.3f} {ratio:>8} {b / 1e6:>14.2f} {b / max(base_b, 1):>8.3f} "
+        x_bytes = f"{b / base_b:.3f}" if base_b else "-"
+        print(f"{name:<24} {r['epoch_s']:>8.3f} {ratio:>8} {b / 1e6:>14.2f} {x_bytes:>8} "
               f"{bound:>8.3f} {r['epoch_s'] / bound if bound else float('nan'):>8.2f} {1e3 * r.get('wait_s', 0):>8.1f} "
               f"{r.get('cpu_s', 0):>6.3f} {r['test_acc']:>8.4f}")
     try:

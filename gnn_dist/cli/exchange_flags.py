@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from partition.errors import UsageError
+
 
 def add_exchange_flags(p) -> None:
     """How halo rows travel in training: codecs, adaptive bit-widths, staleness, skipping."""
@@ -53,6 +55,8 @@ def auto_exchange(args: argparse.Namespace, ctx, graph, width: int) -> None:
     """--exchange auto: switch to the setting of best predicted time to accuracy; rank 0 says which and why."""
     from gnn_dist.runtime import advice
 
+    if graph.types is not None:  # every rank holds the same kind of graph: all refuse alike
+        raise UsageError("--exchange auto applies to graphs without node and edge types (choose --codec yourself)")
     widths = advice.layer_widths(graph.num_features, args.hidden, width, args.layers)
     cand, why, links = advice.choose(graph.exchange, graph, widths, ctx)
     advice.apply(graph.exchange, cand, links)

@@ -49,7 +49,8 @@ def through_cache(ex: "HaloExchange", channel: str, pending):
     q.append(pending)
     if ex.epoch < cfg.stale_warmup:  # exact warm-up: this step's own block; nothing older is kept
         block = _fresh(q)
-        _observe(ex, channel, block) if _tracks(cfg) else None
+        if _tracks(cfg):
+            _observe(ex, channel, block)
         ex._used[channel] = block
         return Ready(block)
     received = None
@@ -64,7 +65,8 @@ def through_cache(ex: "HaloExchange", channel: str, pending):
         if cfg.stale_bound and drift is not None and _relative(drift, received) > cfg.stale_bound:
             block = _fresh(q)  # the boundary still moves fast: wait for this step's block
         else:
-            block = received if grads and cfg.stale_grads == "plain" else _blend(cfg, received, ex._used.get(channel), drift)
+            plain = grads and cfg.stale_grads == "plain"
+            block = received if plain else _blend(cfg, received, ex._used.get(channel), drift)
     ex._used[channel] = block
     return Ready(block)
 
