@@ -97,9 +97,11 @@ def curve(records: list[dict]) -> tuple[list[float], list[float]]:
 def table(runs: dict[str, list[dict]], target: float) -> str:
     """Per run: time and epochs to the target (or 'not reached'), that point's test score, the final one,
     and the evaluation time kept out of the figure."""
-    name = metric_of(next(iter(runs.values())))
+    first = next(iter(runs.values()))
+    name = metric_of(first)
     w = max([24] + [len(label) for label in runs])
-    lines = [f"time to test {name} >= {target:.4f} (validation picks the epoch; evaluation time apart)",
+    by = "validation" if _picker(first, name).startswith("val_") else "no validation split: the test score"
+    lines = [f"time to test {name} >= {target:.4f} ({by} picks the epoch; evaluation time apart)",
              f"{'setting':<{w}} {'to target':>18} {'test there':>10} {'final test':>10} {'eval s':>7}"]
     for label, records in runs.items():
         r = time_to_target(records, target)
