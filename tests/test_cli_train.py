@@ -224,8 +224,8 @@ def test_tensorboard_event_files_when_installed(karate1, tmp_path):
 
 
 MEMORY_KEYS = ["features", "graph and operators", "halo buffers", "activations", "step temporaries",
-               "parameters and gradients", "optimizer state", "numba kernels", "runtime", "sum", "peak RSS",
-               "not attributed", "USS now"]
+               "parameters and gradients", "optimizer state", "numba kernels", "allocator's free heap", "runtime",
+               "sum", "peak RSS", "not attributed", "USS now"]
 
 
 def _memory_rows(stderr: str, ranks: int) -> list[dict]:

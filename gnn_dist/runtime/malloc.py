@@ -61,16 +61,41 @@ def resident_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def _libc():
-    """glibc's functions through ctypes, or None elsewhere (musl, macOS) or when GNN_DIST_MALLOC=system."""
-    if os.environ.get("GNN_DIST_MALLOC", "auto") == "system":
+def _libc(tuning: bool = True):
+    """glibc's functions through ctypes, or None elsewhere (musl, macOS), or for `tuning` under
+    GNN_DIST_MALLOC=system."""
+    if tuning and os.environ.get("GNN_DIST_MALLOC", "auto") == "system":
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        libc.mallopt, libc.malloc_trim  # noqa: B018 (glibc has both)
+        libc.mallopt, libc.malloc_trim, libc.mallinfo2  # noqa: B018 (glibc 2.33+ has all three)
     except (OSError, AttributeError, TypeError):
         return None
     return libc
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+_TRIMMED = [0]  # free heap bytes right after the last trim: pages handed back, not resident
+
+
+def heap_stats() -> tuple[int, int] | None:
+    """(bytes glibc's malloc holds from the kernel: heaps and mmapped blocks, bytes of it free now), or None
+    off glibc. The free bytes include what `release_free_memory` handed back (`trimmed_bytes`)."""
+    libc = _libc(tuning=False)
+    if libc is None:
+        return None
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return int(info.arena + info.hblkhd), int(info.fordblks)
+
+
+def trimmed_bytes() -> int:
+    """Free heap bytes whose pages the last `release_free_memory` handed back (so not resident then)."""
+    return _TRIMMED[0]
 
 
 def release_free_memory() -> bool:
@@ -86,6 +111,7 @@ def release_free_memory() -> bool:
         return False
     libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     libc.malloc_trim(0)
+    _TRIMMED[0] = heap_stats()[1]
     return True
 
 

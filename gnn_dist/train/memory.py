@@ -7,18 +7,20 @@ Each row is counted from the tensors themselves, or measured as it happens, not 
   for the layers;
 - halo buffers: the exchange's plan and the state it keeps between steps (the input halo fetched once,
   stale blocks, skip references);
-- activations and step temporaries: what the first training step allocated and still held at the moment
-  its own allocations peaked (`StepMeter`): the tensors autograd saved for backward, and the rest
+- activations and step temporaries: what the first training step allocated and still held at its peak,
+  where malloc held the most memory (`StepMeter`): the tensors autograd saved for backward, and the rest
   (gradients, the exchange's send and receive buffers, outputs nothing saved); what outlives the step is
   counted with its owner above;
 - parameters and gradients, and optimiser state;
 - numba kernels: the resident memory numba added while it was imported and compiled or loaded kernels
   (gnn_dist.runtime.kernels.numba_bytes; shared code pages included, as RSS counts them);
+- allocator's free heap: glibc's free heap bytes at the step's peak, less what a trim had handed back to
+  the kernel before (freed blocks it keeps resident for reuse, and the holes between live ones);
 - runtime: the process's resident memory before the partition was read (interpreter, torch,
   the process group).
 
-Beside them, the peak resident memory of the process so far, what of it no row explains (free memory
-the allocator keeps, Python objects, the partition files as read), and the unique memory (USS) now.
+Beside them, the peak resident memory of the process so far, what of it no row explains (Python objects,
+the partition files as read, a peak outside the first step), and the unique memory (USS) now.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from gnn_dist.runtime import kernels
+from gnn_dist.runtime import kernels, malloc
 
 MB = 2**20
 
@@ -68,20 +70,20 @@ def _nbytes(obj, seen: set) -> int:
 
 class StepMeter(TorchDispatchMode):
     """What one training step allocates, counted from its tensors: the storages autograd saves for backward
-    (leaving out the ones in `known`), and every CPU storage an operator creates, with the moment their
-    total is highest, the step's own peak, and what was alive then.
+    (leaving out the ones in `known`), and every CPU storage an operator creates, at the step's peak.
 
     Each operator's new output storages (not views or in-place results of its inputs) are followed through
-    weak references, so a storage is counted from the operator that allocated it until it is freed. The
-    total is read after every operator, while its inputs are still alive, so the peak is the step's
-    working set at its worst moment: activations saved by then, plus gradients, exchange buffers and outputs
-    not saved (temporaries)."""
+    weak references, so a storage is counted from the operator that allocated it until it is freed. After
+    every operator, while its inputs are still alive, the meter reads how much memory malloc holds from
+    the kernel; where that is highest (the step's peak; without glibc, where the step's tensors are), it
+    keeps what was alive: activations saved by then, the rest (gradients, exchange buffers, outputs not
+    saved: temporaries), and the heap's free bytes, which malloc keeps resident for reuse."""
 
     def __init__(self, known: set):
         super().__init__()
         self.known, self.saved, self.bytes = known, set(), 0  # bytes: everything saved in the step
         self.live: dict[int, tuple] = {}  # storage address -> (weak reference, bytes)
-        self.total = self.peak = 0
+        self.peak, self.free = -1, 0  # malloc's footprint at the peak (or the tensors' total); its free bytes
         self.at_peak: dict[int, int] = {}  # storage address -> bytes, alive at the peak
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -108,9 +110,10 @@ class StepMeter(TorchDispatchMode):
     def _tally(self) -> None:
         for key in [k for k, (ref, _) in self.live.items() if ref.expired()]:
             del self.live[key]
-        self.total = sum(n for _, n in self.live.values())
-        if self.total > self.peak:
-            self.peak, self.at_peak = self.total, {k: n for k, (_, n) in self.live.items()}
+        heap = malloc.heap_stats()
+        size, free = heap if heap is not None else (sum(n for _, n in self.live.values()), 0)
+        if size > self.peak:
+            self.peak, self.free, self.at_peak = size, free, {k: n for k, (_, n) in self.live.items()}
 
     def at_step_peak(self, held: set) -> tuple[int, int]:
         """(activations, temporaries) alive at the step's peak, in bytes, leaving out storages in `held`
@@ -174,7 +177,8 @@ def report(graph, model: torch.nn.Module, opt: torch.optim.Optimizer, step: Step
     uss = psutil.Process().memory_full_info().uss
     figures = {"features": features, "graph and operators": structure, "halo buffers": halo,
                "activations": activations, "step temporaries": temporaries, "parameters and gradients": 2 * params,
-               "optimizer state": state, "numba kernels": kernels.numba_bytes(), "runtime": baseline}
+               "optimizer state": state, "numba kernels": kernels.numba_bytes(),
+               "allocator's free heap": max(0, step.free - malloc.trimmed_bytes()), "runtime": baseline}
     figures["sum"] = sum(figures.values())
     figures.update({"peak RSS": peak, "not attributed": peak - figures["sum"], "USS now": uss})
     return {k: v / MB for k, v in figures.items()}
