@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 
@@ -66,11 +67,20 @@ def _libc(tuning: bool = True):
     GNN_DIST_MALLOC=system."""
     if tuning and os.environ.get("GNN_DIST_MALLOC", "auto") == "system":
         return None
+    return _glibc()
+
+
+@functools.cache
+def _glibc():
+    """The C library, once (find_library runs ldconfig), if it is glibc 2.33 or newer; else None."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"))
         libc.mallopt, libc.malloc_trim, libc.mallinfo2  # noqa: B018 (glibc 2.33+ has all three)
     except (OSError, AttributeError, TypeError):
         return None
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return libc
 
 
@@ -88,7 +98,6 @@ def heap_stats() -> tuple[int, int] | None:
     libc = _libc(tuning=False)
     if libc is None:
         return None
-    libc.mallinfo2.restype = _MallInfo2
     info = libc.mallinfo2()
     return int(info.arena + info.hblkhd), int(info.fordblks)
 
@@ -109,7 +118,6 @@ def release_free_memory() -> bool:
     libc = _libc()
     if libc is None:
         return False
-    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     libc.malloc_trim(0)
     _TRIMMED[0] = heap_stats()[1]
     return True
@@ -120,6 +128,5 @@ def keep_freed_memory() -> bool:
     libc = _libc()
     if libc is None:
         return False  # not glibc (musl, macOS), or GNN_DIST_MALLOC=system: nothing to tune
-    mallopt = libc.mallopt
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(libc.mallopt(M_TRIM_THRESHOLD,
+                                                                                       TRIM_THRESHOLD))

@@ -96,12 +96,10 @@ class StepMeter(TorchDispatchMode):
 
     def _dispatch(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs)) if t.layout == torch.strided}
+        inputs = {_storage(t).data_ptr() for t in _tensors((args, kwargs)) if _storage(t) is not None}
         for t in _tensors(out):
-            if t.layout != torch.strided or t.device.type != "cpu":
-                continue
-            storage = t.untyped_storage()
-            key = storage.data_ptr()
+            storage = _storage(t) if t.device.type == "cpu" else None
+            key = storage.data_ptr() if storage is not None else 0
             if key and key not in inputs and (key not in self.live or self.live[key][0].expired()):
                 self.live[key] = (StorageWeakRef(storage), storage.nbytes())
         self._tally()
@@ -134,6 +132,16 @@ StepMeter.__torch_dispatch__ = StepMeter._dispatch
 
 def _tensors(obj) -> list:
     return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
+
+
+def _storage(t: torch.Tensor):
+    """A dense tensor's storage; None for sparse tensors and others without one."""
+    if t.layout != torch.strided:
+        return None
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def known_storages(*objs) -> set:
