@@ -32,6 +32,7 @@ import sys
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit: larger requests are still mmap()ed
+HUGE_PAGE = 2 << 20  # with torch's huge pages, tensors from this size are mapped afresh (keep_freed_memory)
 TRIM_THRESHOLD = 1 << 30
 HUGE_PAGES_MIN_BYTES = 96 << 20  # measured faster at 128 MB of activations per rank, slower at 51 MB and below
 
@@ -124,9 +125,13 @@ def release_free_memory() -> bool:
 
 
 def keep_freed_memory() -> bool:
-    """Tune glibc's malloc for reuse; returns whether it was applied (False off glibc or when disabled)."""
+    """Tune glibc's malloc for reuse; returns whether it was applied (False off glibc or when disabled).
+
+    With torch's huge pages on (THP_MEM_ALLOC_ENABLE=1, set before this runs), blocks of 2 MB and more are
+    mapped afresh instead: a fresh mapping then costs one fault per 2 MB, and a step's mid-sized tensors
+    (16 MB at 1M nodes and P=4) left holes on the heap that grew it epoch after epoch."""
     libc = _libc()
     if libc is None:
         return False  # not glibc (musl, macOS), or GNN_DIST_MALLOC=system: nothing to tune
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(libc.mallopt(M_TRIM_THRESHOLD,
-                                                                                       TRIM_THRESHOLD))
+    mmap_from = HUGE_PAGE if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" else MMAP_THRESHOLD_MAX
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap_from)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
