@@ -102,6 +102,7 @@ class StepMeter(TorchDispatchMode):
             key = storage.data_ptr() if storage is not None else 0
             if key and key not in inputs and (key not in self.live or self.live[key][0].expired()):
                 self.live[key] = (StorageWeakRef(storage), storage.nbytes())
+                self.saved.discard(key)  # a new storage at a freed one's address: not saved (yet)
         self._tally()
         return out
 
