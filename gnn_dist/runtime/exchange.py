@@ -255,10 +255,8 @@ class HaloExchange:
         """Declare that start(x), for exactly this tensor, receives `halo(self)`; it then sends nothing.
 
         `halo` is called only if a layer does exchange x, so nothing is fetched for a layer that sends XW.
-        x is held weakly: kept here, the step's dropped input (122 MB per rank at 1M nodes and P=4) outlived
-        the first layer, which alone reads it, and stood in backward's peak.
         """
-        self._provided = (weakref.ref(x), halo)
+        self._provided = (weakref.ref(x), halo)  # held, the step's dropped input stood in backward's peak
 
     def start(self, x: torch.Tensor, channel: str | None = None):
         """Begin sending the rows peers need (x: this rank's inner rows); returns something to wait on.
