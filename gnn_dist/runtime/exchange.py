@@ -254,8 +254,7 @@ class HaloExchange:
     def provide(self, x: torch.Tensor, halo) -> None:
         """Declare that start(x), for exactly this tensor, receives `halo(self)`; it then sends nothing.
 
-        `halo` is called only if a layer does exchange x, so nothing is fetched for a layer that sends XW.
-        """
+        `halo` is called only if a layer does exchange x, so nothing is fetched for a layer that sends XW."""
         self._provided = (weakref.ref(x), halo)  # held, the step's dropped input stood in backward's peak
 
     def start(self, x: torch.Tensor, channel: str | None = None):
