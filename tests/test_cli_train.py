@@ -223,32 +223,53 @@ def test_tensorboard_event_files_when_installed(karate1, tmp_path):
     assert any(f.name.startswith("events.out.tfevents") for f in (tmp_path / "tb").iterdir())
 
 
+MEMORY_KEYS = ["features", "graph and operators", "halo buffers", "activations", "step temporaries",
+               "parameters and gradients", "optimizer state", "numba kernels", "allocator's free heap", "runtime",
+               "sum", "peak RSS", "not attributed", "USS now"]
+
+
+def _memory_rows(stderr: str, ranks: int) -> list[dict]:
+    lines = stderr.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("rank "))
+    assert lines[head].split()[1:] == " ".join(MEMORY_KEYS).split()
+    return [dict(zip(MEMORY_KEYS, map(float, lines[head + 1 + r].split()[1:]))) for r in range(ranks)]
+
+
+def _assert_attributed(row: dict) -> None:
+    """At least 90% of the peak is in named rows; the step (saved activations and temporaries) and numba's
+    compiler are a large share of it at this size, so leaving either out falls below (planted: 75-85%)."""
+    assert row["sum"] <= row["peak RSS"] * 1.02 and row["runtime"] > 100  # torch alone is a few hundred MB
+    assert row["activations"] > 0 and row["step temporaries"] > 0 and row["numba kernels"] > 0
+    assert row["sum"] >= 0.9 * row["peak RSS"], row
+    assert row["not attributed"] <= 0.1 * row["peak RSS"], row
+
+
+def test_memory_report_attributes_the_peak_one_process(tmp_path):
+    """One process, a graph whose step is a third of the peak: at least 90% of the peak has an owner."""
+    part = cli_partition(tmp_path, "sbm:nodes=30000,features=64,avg_degree=6,seed=2", 1)
+    r = run_cli("train", "--partition", str(part), "--epochs", "1", "--hidden", "512", "--quiet", "--memory-report")
+    assert r.returncode == 0, r.stderr[-2000:]
+    _assert_attributed(_memory_rows(r.stderr, 1)[0])
+
+
 @pytest.mark.slow
 def test_memory_report_counts_what_each_rank_holds(tmp_path):
-    """Two ranks on an SBM: one row per rank; features are exactly the rank's rows; the counted parts
-    stay below the process's peak; activations and optimizer state are there."""
-    import json
-
-    part = cli_partition(tmp_path, "sbm:nodes=4000,features=24,avg_degree=6,seed=2", 2)
+    """Two ranks on an SBM: one row per rank; features are exactly the rank's rows; parameters and Adam's
+    state exactly theirs; at least 90% of each rank's peak is in named rows."""
+    part = cli_partition(tmp_path, "sbm:nodes=30000,features=64,avg_degree=6,seed=2", 2)
     log = tmp_path / "log.jsonl"
     r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "gnn_dist", "train", "--partition", str(part),
                         "--epochs", "2", "--hidden", "512", "--quiet", "--memory-report", "--log", str(log)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stderr.splitlines()
-    head = next(i for i, ln in enumerate(lines) if ln.startswith("rank "))
-    keys = ["features", "graph and operators", "halo buffers", "activations", "parameters and gradients",
-            "optimizer state", "runtime", "sum", "peak RSS", "not attributed", "USS now"]
-    assert lines[head].split()[1:] == " ".join(keys).split()
     meta = json.loads((part / "partition.json").read_text())
-    for rank in range(2):
-        row = dict(zip(keys, map(float, lines[head + 1 + rank].split()[1:])))
+    for rank, row in enumerate(_memory_rows(r.stderr, 2)):
         inner = meta["parts"][rank]["inner"]
-        assert abs(row["features"] - inner * 24 * 4 / 2**20) < 0.06  # printed to 0.1 MB
-        assert row["activations"] > 0 and row["halo buffers"] > 0
-        params = (24 * 512 + 512 + 512 * meta["num_classes"] + meta["num_classes"]) * 4 / 2**20
+        assert abs(row["features"] - inner * 64 * 4 / 2**20) < 0.06  # printed to 0.1 MB
+        assert row["halo buffers"] > 0
+        params = (64 * 512 + 512 + 512 * meta["num_classes"] + meta["num_classes"]) * 4 / 2**20
         assert abs(row["parameters and gradients"] - 2 * params) < 0.06  # Adam: two moments per weight
         assert abs(row["optimizer state"] - 2 * params) < 0.06
-        assert row["sum"] <= row["peak RSS"] and row["runtime"] > 100  # torch alone is a few hundred MB
+        _assert_attributed(row)
     first = json.loads(log.read_text().splitlines()[0])
     assert first["halo_bytes_all_ranks"] > 0  # the report reads the exchange's counters without resetting them

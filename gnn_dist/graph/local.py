@@ -16,6 +16,7 @@ import torch
 
 from gnn_dist.runtime import kernels
 from gnn_dist.runtime.exchange import HaloExchange
+from gnn_dist.runtime.malloc import release_free_memory
 from partition.book import PartitionBook
 from partition.build import PartPlan, build_parts
 from partition.errors import DataError
@@ -228,6 +229,8 @@ class LocalGraph:
                 a = a + sp.csr_matrix((diag, (np.arange(self.num_inner), np.arange(self.num_inner))), shape=a.shape)
             self._ops[key] = SplitOperator.from_scipy(a[: self.num_central, : self.num_inner], a[self.num_central:],
                                                       self.num_inner, self.device)
+            del a
+            release_free_memory()  # the build's temporaries, kept on the heap otherwise
         return self._ops[key]
 
     def edges(self, loops: str = "keep", norm: str = "none", weighted: bool = True) -> dict:
@@ -262,6 +265,8 @@ class LocalGraph:
                     attr = np.concatenate([attr[keep], np.zeros((loop.shape[0], attr.shape[1]), np.float32)])
                 order = np.argsort(rows, kind="stable")
             self._edges[key] = self._edge_blocks(rows, cols, w, attr, order)
+            del rows, cols, w, attr, order
+            release_free_memory()
         return self._edges[key]
 
     def _edge_blocks(self, rows: np.ndarray, cols: np.ndarray, w: np.ndarray, attr: np.ndarray | None,

@@ -26,6 +26,7 @@ too (`gnn_dist.runtime.staging`). Statistics stay on the device until the epoch'
 from __future__ import annotations
 
 import collections
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -99,7 +100,7 @@ class HaloExchange:
         self._held: dict[str, torch.Tensor] = {}
         self._static: tuple | None = None  # (input features, their halo rows), fetched once
         self._distinct: tuple | None = None  # (send_idx, its distinct rows, inverse)
-        self._provided: tuple | None = None  # (tensor, its halo rows): start() on that tensor sends nothing
+        self._provided: tuple | None = None  # (weak ref to a tensor, its halo rows): start() on it sends nothing
         self.device = send_idx.device
         # transport: given (the same on every rank), or agreed now with the peers, who build theirs now too
         self._mpi = mpi if mpi is not None else transport.agree_small(group, max(self.num_halo, int(send_idx.shape[0])))
@@ -265,16 +266,15 @@ class HaloExchange:
     def provide(self, x: torch.Tensor, halo) -> None:
         """Declare that start(x), for exactly this tensor, receives `halo(self)`; it then sends nothing.
 
-        `halo` is called only if a layer does exchange x, so nothing is fetched for a layer that sends XW.
-        """
-        self._provided = (x, halo)
+        `halo` is called only if a layer does exchange x, so nothing is fetched for a layer that sends XW."""
+        self._provided = (weakref.ref(x), halo)  # held, the step's dropped input stood in backward's peak
 
     def start(self, x: torch.Tensor, channel: str | None = None):
         """Begin sending the rows peers need (x: this rank's inner rows); returns something to wait on.
 
         `channel` comes from `channel()`: None sends exact fp32 and touches no training state.
         """
-        if self._provided is not None and x is self._provided[0]:
+        if self._provided is not None and x is self._provided[0]():
             return Ready(self._provided[1](self))
         x = x.detach()
         if channel is None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+
+from gnn_dist.runtime.malloc import resident_bytes
 
 MIN_CHUNK = 1 << 15  # below this many items per thread, one call is cheaper than handing out ranges
 # Below this many items, callers run torch's form of a kernel: importing numba and loading its kernels costs a
@@ -26,11 +29,48 @@ def available() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
+_NUMBA_RSS = [0, 0, 0]  # resident bytes numba added (import, compiles); open compiles; resident at the outermost start
+
+
 def load():
     """The numba kernels module, imported (and its kernels compiled or read from numba's cache) on first call."""
+    first = "gnn_dist.runtime.numba_kernels" not in sys.modules
+    before = resident_bytes() if first else 0
     from gnn_dist.runtime import numba_kernels
 
+    if first:
+        from numba.core import event
+
+        event.register("numba:compiler_lock", _compile_meter(event.Listener)())
+        _NUMBA_RSS[0] += resident_bytes() - before
+
     return numba_kernels
+
+
+def numba_bytes() -> int:
+    """Resident memory numba brought into this process: what importing it and each compile (or read of a
+    compiled kernel from numba's cache) added to RSS, LLVM and llvmlite's code pages included; 0 before
+    `load`. The memory report's "numba kernels" row: measured as each happens, since nothing in the
+    process can tell numba's allocations apart later."""
+    return _NUMBA_RSS[0]
+
+
+def _compile_meter(listener: type) -> type:
+    """A numba event listener (class) that adds the RSS growth over each outermost hold of numba's compiler
+    lock to `numba_bytes` (every compile and cache load takes the lock; nested holds count once)."""
+
+    class CompileMeter(listener):
+        def on_start(self, event) -> None:
+            _NUMBA_RSS[1] += 1
+            if _NUMBA_RSS[1] == 1:
+                _NUMBA_RSS[2] = resident_bytes()
+
+        def on_end(self, event) -> None:
+            _NUMBA_RSS[1] = max(0, _NUMBA_RSS[1] - 1)
+            if _NUMBA_RSS[1] == 0:
+                _NUMBA_RSS[0] += max(0, resident_bytes() - _NUMBA_RSS[2])
+
+    return CompileMeter
 
 
 @functools.cache

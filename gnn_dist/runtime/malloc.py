@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit: larger requests are still mmap()ed
+HUGE_PAGE = 2 << 20  # with torch's huge pages, tensors from this size are mapped afresh (keep_freed_memory)
 TRIM_THRESHOLD = 1 << 30
 HUGE_PAGES_MIN_BYTES = 96 << 20  # measured faster at 128 MB of activations per rank, slower at 51 MB and below
 
@@ -61,15 +63,75 @@ def resident_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def keep_freed_memory() -> bool:
-    """Tune glibc's malloc for reuse; returns whether it was applied (False off glibc or when disabled)."""
-    if os.environ.get("GNN_DIST_MALLOC", "auto") == "system":
-        return False
-    name = ctypes.util.find_library("c")
+def _libc(tuning: bool = True):
+    """glibc's functions through ctypes, or None elsewhere (musl, macOS), or for `tuning` under
+    GNN_DIST_MALLOC=system."""
+    if tuning and os.environ.get("GNN_DIST_MALLOC", "auto") == "system":
+        return None
+    return _glibc()
+
+
+@functools.cache
+def _glibc():
+    """The C library, once (find_library runs ldconfig), if it is glibc 2.33 or newer; else None."""
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.mallopt, libc.malloc_trim, libc.mallinfo2  # noqa: B018 (glibc 2.33+ has all three)
     except (OSError, AttributeError, TypeError):
-        return False  # not glibc (musl, macOS): nothing to tune
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        return None
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return libc
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+_TRIMMED = [0]  # free heap bytes right after the last trim: pages handed back, not resident
+
+
+def heap_stats() -> tuple[int, int] | None:
+    """(bytes glibc's malloc holds from the kernel: heaps and mmapped blocks, bytes of it free now), or None
+    off glibc. The free bytes include what `release_free_memory` handed back (`trimmed_bytes`)."""
+    libc = _libc(tuning=False)
+    if libc is None:
+        return None
+    info = libc.mallinfo2()
+    return int(info.arena + info.hblkhd), int(info.fordblks)
+
+
+def trimmed_bytes() -> int:
+    """Free heap bytes whose pages the last `release_free_memory` handed back (so not resident then)."""
+    return _TRIMMED[0]
+
+
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the kernel (glibc's malloc_trim), once a one-off phase is over.
+
+    Building a part's sparse operators allocates hundreds of MB of temporaries (scipy's float64 values, int64
+    copies, transposes) in blocks under the 32 MB mmap ceiling; `keep_freed_memory` keeps them on the heap
+    (160 MB per rank at 1M nodes and P=4), where the first step's tensors reuse only some of them: trimming
+    lowered that step's peak by 22-78 MB per rank. Steps keep their own freed blocks (nothing calls this per
+    step: the next step would fault them in again). Returns whether glibc was asked."""
+    libc = _libc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    _TRIMMED[0] = heap_stats()[1]
+    return True
+
+
+def keep_freed_memory() -> bool:
+    """Tune glibc's malloc for reuse; returns whether it was applied (False off glibc or when disabled).
+
+    With torch's huge pages on (THP_MEM_ALLOC_ENABLE=1, set before this runs), blocks of 2 MB and more are
+    mapped afresh instead: a fresh mapping then costs one fault per 2 MB, and a step's mid-sized tensors
+    (16 MB at 1M nodes and P=4) left holes on the heap that grew it epoch after epoch."""
+    libc = _libc()
+    if libc is None:
+        return False  # not glibc (musl, macOS), or GNN_DIST_MALLOC=system: nothing to tune
+    mmap_from = HUGE_PAGE if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" else MMAP_THRESHOLD_MAX
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap_from)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -98,11 +98,10 @@ class Loop:
             if self.memory_report is not None and graph is not None:
                 from gnn_dist.train import memory
 
-                meter = memory.ActivationMeter(memory.known_storages(list(self.model.parameters()), graph.x))
+                meter = memory.StepMeter(memory.known_storages(list(self.model.parameters()), graph.x))
                 with meter.measuring():
                     loss = self.task.train_epoch(self, epoch)
-                memory.print_reports(memory.report(graph, self.model, self.opt, meter.bytes, self.memory_report),
-                                     self.ctx)
+                memory.print_reports(memory.report(graph, self.model, self.opt, meter, self.memory_report), self.ctx)
                 self.memory_report = None
             else:
                 loss = self.task.train_epoch(self, epoch)
