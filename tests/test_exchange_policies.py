@@ -245,3 +245,15 @@ def test_stale_and_skipped_blocks_converge_to_exact_once_the_boundary_stops(exac
     assert torch.allclose(w, exact_w, atol=1e-4), (w - exact_w).abs().max()  # and training ended where exact did
     early_w, _ = train_second_layer(cfg, steps=12)  # while the boundary moved, the policy did act
     assert not torch.allclose(early_w, early_exact_w, atol=1e-4)
+
+
+def test_drift_after_a_warm_up_is_one_steps_change(group):
+    """The drift-corrected form after an exact warm-up: on a boundary moving by the same step each epoch, the
+    received block moved on by its drift is the current boundary from the first stale epoch on (the warm-up
+    must not count the block it already used as a new one: the drift would read zero there)."""
+    base, delta = torch.randn(50, 4), torch.randn(50, 4)
+    ex = make(ExchangeConfig(staleness=1, momentum=0.0, stale_form="correct", stale_warmup=3))
+    for t in range(6):
+        got = epoch(ex, base + t * delta)
+        assert torch.allclose(got, (base + t * delta)[::2], atol=1e-5), t
+
