@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gnn_dist.runtime import codec
+from gnn_dist.runtime import codec, policy_state
 from gnn_dist.runtime.adaptive import solve_bits, variance
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, fetch_halo
 
@@ -257,3 +257,14 @@ def test_drift_after_a_warm_up_is_one_steps_change(group):
         got = epoch(ex, base + t * delta)
         assert torch.allclose(got, (base + t * delta)[::2], atol=1e-5), t
 
+
+@pytest.mark.parametrize("cfg", [ExchangeConfig(), ExchangeConfig(codec="adaptive"), ExchangeConfig(skip_threshold=1.0),
+                                 ExchangeConfig(stale_form="correct", stale_warmup=3, stale_grads="same")])
+def test_a_checkpoint_from_before_the_stale_options_still_continues_other_settings(group, cfg):
+    """Without staleness the stale options change nothing, so they do not make an older checkpoint's state
+    (its settings: codec, staleness, momentum, skipping, adaptive) look foreign; with staleness they do."""
+    ex = make(cfg)
+    old = {"plan": [ex.send_counts, ex.recv_counts], "settings": [cfg.codec, 0, 0.95, cfg.skip_threshold, 10, 50, 4]}
+    assert policy_state.mismatch(ex, old) is None
+    stale = make(ExchangeConfig(staleness=1))
+    assert policy_state.mismatch(stale, {**old, "settings": ["fp32", 1, 0.95, 0.0, 10, 50, 4]}) is not None
