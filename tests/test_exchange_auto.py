@@ -63,9 +63,19 @@ def test_wire_time_is_the_busier_interface_of_each_block():
         2 * (1e-8 * codec.wire_bytes(100, 64, "int4") + 2e-8 * int4 + 2e-4))
 
 
-def test_auto_refuses_hand_set_policies_in_one_line(tmp_path):
-    r = run_cli("train", "--partition", str(tmp_path), "--exchange", "auto", "--codec", "int8")
+@pytest.mark.parametrize("flags", [["--codec", "int8"], ["--stale-form", "correct"], ["--stale-momentum", "0"],
+                                   ["--stale-grads", "same"], ["--stale-bound", "0.1"]])
+def test_auto_refuses_hand_set_policies_in_one_line(tmp_path, flags):
+    """auto would drop them: a --stale-* flag given with it is refused, not silently ignored."""
+    r = run_cli("train", "--partition", str(tmp_path), "--exchange", "auto", *flags)
     one_error_line(r, "--exchange auto picks the codec")
+
+
+def test_auto_on_one_part_says_there_is_nothing_to_choose(tmp_path):
+    part = cli_partition(tmp_path, "karate", 1)
+    r = run_cli("train", "--partition", str(part), "--exchange", "auto", "--epochs", "2", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "--exchange auto: exact (no part has halo rows" in r.stderr, r.stderr
 
 
 @pytest.mark.slow  # a multi-rank launch

@@ -40,6 +40,13 @@ def add_exchange_flags(p) -> None:
     p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
 
 
+def stale_flags(a: argparse.Namespace) -> list[str]:
+    """The --stale-* flags given other than at their defaults (--exchange auto refuses them: it would drop them)."""
+    defaults = {"stale_momentum": None, "stale_form": "feed", "stale_warmup": 0, "stale_bound": 0.0,
+                "stale_grads": "fresh"}
+    return [k for k, v in defaults.items() if getattr(a, k) != v]
+
+
 def exchange_config(a: argparse.Namespace):
     from gnn_dist.runtime.exchange import ExchangeConfig
 
@@ -57,6 +64,10 @@ def auto_exchange(args: argparse.Namespace, ctx, graph, width: int) -> None:
 
     if graph.types is not None:  # every rank holds the same kind of graph: all refuse alike
         raise UsageError("--exchange auto applies to graphs without node and edge types (choose --codec yourself)")
+    if graph.exchange is None:  # one part (or none with halo rows): nothing travels
+        if ctx.is_main:
+            sys.stderr.write("[gnn-dist] --exchange auto: exact (no part has halo rows: nothing to exchange)\n")
+        return
     widths = advice.layer_widths(graph.num_features, args.hidden, width, args.layers)
     cand, why, links = advice.choose(graph.exchange, graph, widths, ctx)
     advice.apply(graph.exchange, cand, links)
