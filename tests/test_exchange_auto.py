@@ -71,6 +71,13 @@ def test_auto_refuses_hand_set_policies_in_one_line(tmp_path, flags):
     one_error_line(r, "--exchange auto picks the codec")
 
 
+@pytest.mark.parametrize("flags", [["--stale-bound", "nan"], ["--stale-bound", "-1"], ["--skip-threshold", "nan"],
+                                   ["--stale-warmup", "-2"]])
+def test_bad_stale_and_skip_values_are_refused_in_one_line(tmp_path, flags):
+    """NaN passes a `< 0` test: the bound would never trigger and the threshold would skip every row."""
+    one_error_line(run_cli("train", "--partition", str(tmp_path), *flags), "required")
+
+
 def test_auto_on_one_part_says_there_is_nothing_to_choose(tmp_path):
     part = cli_partition(tmp_path, "karate", 1)
     r = run_cli("train", "--partition", str(part), "--exchange", "auto", "--epochs", "2", "--quiet")
