@@ -19,11 +19,12 @@ def add_exchange_flags(p) -> None:
     p.add_argument("--budget-bits", type=int, default=4, choices=[2, 4, 8],
                    help="adaptive: no interface may take longer than it would at uniform int<B> (default 4)")
     p.add_argument("--adaptive-every", type=int, default=50, help="adaptive: re-solve bit-widths every N epochs")
-    p.add_argument("--staleness", type=int, default=0,
-                   help="use halo blocks from up to S epochs ago while fresh ones travel (default 0: exact)")
-    p.add_argument("--stale-momentum", type=float, default=None,
+    p.add_argument("--staleness", type=int, default=0, metavar="S",
+                   help="use forward halo blocks from S epochs ago while fresh ones travel; gradients are waited "
+                        "for unless --stale-grads says otherwise (default 0: exact)")
+    p.add_argument("--stale-momentum", type=float, default=None, metavar="M",
                    help="with --staleness: used block = M * previous + (1 - M) * received (PipeGCN-GF smoothing; "
-                        "default 0.95, 0 for plain PipeGCN)")
+                        "default 0.95; 0: none, which with --stale-grads plain is PipeGCN as published)")
     p.add_argument("--stale-form", default="feed", choices=["feed", "correct"],
                    help="with --staleness: feed the smoothed block forward (PipeGCN-GF), or correct the received "
                         "block by its smoothed drift per epoch (docs/exchange.md)")
