@@ -4,8 +4,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from gnn_dist.runtime import advice, codec
+from gnn_dist.runtime import advice, codec, policy_state
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
 from tests.conftest import cli_partition, one_error_line, run_cli, run_mpi
 
 
@@ -92,3 +94,33 @@ def test_auto_says_what_it_picked_and_trains(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if "--exchange auto:" in ln]
     assert len(lines) == 1 and any(f"auto: {c.name} " in lines[0] for c in advice.MEASURED), r.stderr
     assert "final epoch 2" in r.stdout
+
+
+def test_a_resumed_run_takes_the_setting_its_checkpoint_was_trained_with():
+    """Timings differ between runs, so auto may choose otherwise on --resume: it takes the checkpoint's."""
+    links = {(0, 0): (1e-9, 1e-5)}
+
+    def chosen(name: str, counts: int = 5) -> HaloExchange:
+        ex = HaloExchange(torch.arange(0, 2 * counts, 2), [counts], [counts], None, ExchangeConfig(), 0)
+        advice.apply(ex, next(c for c in advice.MEASURED if c.name == name), links)
+        return ex
+
+    then = chosen("adaptive")
+    state = {"plan": [then.send_counts, then.recv_counts], "settings": policy_state.settings(then)}
+    now = chosen("exact")
+    assert advice.adopt(now, state) == "adaptive" and now.config.codec == "adaptive" and now.policy is not None
+    assert policy_state.mismatch(now, state) is None
+    elsewhere = chosen("exact", counts=4)  # another partition: no candidate fits, nothing changes
+    assert advice.adopt(elsewhere, state) is None and elsewhere.config.codec == "fp32" and elsewhere.policy is None
+
+
+@pytest.mark.slow  # two multi-rank launches
+def test_auto_resumes_with_the_checkpoints_setting(tmp_path):
+    part = cli_partition(tmp_path, "karate", 2)
+    common = ["train", "--partition", str(part), "--checkpoint-dir", str(tmp_path / "ck"), "--quiet"]
+    r = run_mpi(2, *common, "--codec", "adaptive", "--epochs", "2", "--checkpoint-every", "2")
+    assert r.returncode == 0, r.stderr
+    r = run_mpi(2, *common, "--exchange", "auto", "--epochs", "4", "--resume")  # karate's wire: auto says exact
+    assert r.returncode == 0 and "auto: exact (" in r.stderr, r.stderr
+    assert "--exchange auto: adaptive, as the checkpoint was trained" in r.stderr, r.stderr
+    assert "starts afresh" not in r.stderr, r.stderr
