@@ -1,7 +1,7 @@
 """Final test accuracy of each exchange setting against exact, over several seeds, in one run.
 
     python scripts/bench_accuracy.py [--dataset cora] [--parts 4] [--models gcn,sage] [--seeds 0,1,2]
-                                     [--epochs 200] [--settings exact,int8,int4,adaptive,stale1,stale1-plain]
+                                     [--epochs 200] [--settings exact,int8,int4,adaptive,stale1,stale1-gf,stale1-plain]
 
 Partitions once, trains every (model, setting, seed) with `mpiexec -n P gnn-dist train`,
 and prints mean test accuracy per setting with its difference to exact in points.
@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--models", default="gcn,sage")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--epochs", type=int, default=200)
-    ap.add_argument("--settings", default="exact,int8,int4,adaptive,stale1,stale1-plain")
+    ap.add_argument("--settings", default="exact,int8,int4,adaptive,stale1,stale1-gf,stale1-plain")
     ap.add_argument("--extra", default="--normalize-features", help="flags passed to every training run")
     a = ap.parse_args()
     bin_dir = Path(sys.executable).parent

@@ -17,7 +17,10 @@ from pathlib import Path
 SETTINGS = {
     "fp32": [], "fp16": ["--codec", "fp16"], "bf16": ["--codec", "bf16"], "int8": ["--codec", "int8"],
     "int4": ["--codec", "int4"], "int2": ["--codec", "int2"], "adaptive": ["--codec", "adaptive"],
-    "stale": ["--staleness", "1"], "stale-plain": ["--staleness", "1", "--stale-momentum", "0"],
+    # stale forward rows (gradients waited for: the default); plain PipeGCN (stale gradients too, unsmoothed);
+    # the drift-corrected form with smoothed stale gradients and the change test
+    "stale": ["--staleness", "1"], "stale-plain": ["--staleness", "1", "--stale-momentum", "0", "--stale-grads", "plain"],
+    "stale-correct": ["--staleness", "1", "--stale-form", "correct", "--stale-grads", "same", "--stale-bound", "10"],
     "skip": ["--skip-threshold", "1"], "no-input-cache": ["--no-input-cache"], "no-overlap": ["--no-overlap"],
     "transport-gloo": ["--transport", "gloo"],
 }

@@ -29,6 +29,8 @@ POLICIES = {
     "stale": {"staleness": 1},  # blocks in flight at the checkpoint, and the smoothed block in use
     # stale gradients too, and the drift-corrected form's last received block and smoothed drift
     "stale-correct": {"staleness": 1, "stale_form": "correct", "stale_grads": "same"},
+    # the checkpoint falls at the end of an exact warm-up: the resumed run's first step is the first stale one
+    "stale-warmup": {"staleness": 1, "stale_form": "correct", "stale_warmup": STOP},
     "skip": {"skip_threshold": 1.0, "refresh_every": 4},  # skips a third to a half of the rows; refresh after STOP
     "adaptive": {"codec": "adaptive", "adaptive_every": 2, "links": LINKS},  # solved at 1, 2, 4, 6
 }

@@ -4,8 +4,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from gnn_dist.runtime import advice, codec
+from gnn_dist.runtime import advice, codec, policy_state
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
 from tests.conftest import cli_partition, one_error_line, run_cli, run_mpi
 
 
@@ -63,9 +65,26 @@ def test_wire_time_is_the_busier_interface_of_each_block():
         2 * (1e-8 * codec.wire_bytes(100, 64, "int4") + 2e-8 * int4 + 2e-4))
 
 
-def test_auto_refuses_hand_set_policies_in_one_line(tmp_path):
-    r = run_cli("train", "--partition", str(tmp_path), "--exchange", "auto", "--codec", "int8")
+@pytest.mark.parametrize("flags", [["--codec", "int8"], ["--stale-form", "correct"], ["--stale-momentum", "0"],
+                                   ["--stale-grads", "same"], ["--stale-bound", "0.1"]])
+def test_auto_refuses_hand_set_policies_in_one_line(tmp_path, flags):
+    """auto would drop them: a --stale-* flag given with it is refused, not silently ignored."""
+    r = run_cli("train", "--partition", str(tmp_path), "--exchange", "auto", *flags)
     one_error_line(r, "--exchange auto picks the codec")
+
+
+@pytest.mark.parametrize("flags", [["--stale-bound", "nan"], ["--stale-bound", "-1"], ["--skip-threshold", "nan"],
+                                   ["--stale-warmup", "-2"]])
+def test_bad_stale_and_skip_values_are_refused_in_one_line(tmp_path, flags):
+    """NaN passes a `< 0` test: the bound would never trigger and the threshold would skip every row."""
+    one_error_line(run_cli("train", "--partition", str(tmp_path), *flags), "required")
+
+
+def test_auto_on_one_part_says_there_is_nothing_to_choose(tmp_path):
+    part = cli_partition(tmp_path, "karate", 1)
+    r = run_cli("train", "--partition", str(part), "--exchange", "auto", "--epochs", "2", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "--exchange auto: exact (no part has halo rows" in r.stderr, r.stderr
 
 
 @pytest.mark.slow  # a multi-rank launch
@@ -75,3 +94,33 @@ def test_auto_says_what_it_picked_and_trains(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if "--exchange auto:" in ln]
     assert len(lines) == 1 and any(f"auto: {c.name} " in lines[0] for c in advice.MEASURED), r.stderr
     assert "final epoch 2" in r.stdout
+
+
+def test_a_resumed_run_takes_the_setting_its_checkpoint_was_trained_with():
+    """Timings differ between runs, so auto may choose otherwise on --resume: it takes the checkpoint's."""
+    links = {(0, 0): (1e-9, 1e-5)}
+
+    def chosen(name: str, counts: int = 5) -> HaloExchange:
+        ex = HaloExchange(torch.arange(0, 2 * counts, 2), [counts], [counts], None, ExchangeConfig(), 0)
+        advice.apply(ex, next(c for c in advice.MEASURED if c.name == name), links)
+        return ex
+
+    then = chosen("adaptive")
+    state = {"plan": [then.send_counts, then.recv_counts], "settings": policy_state.settings(then)}
+    now = chosen("exact")
+    assert advice.adopt(now, state) == "adaptive" and now.config.codec == "adaptive" and now.policy is not None
+    assert policy_state.mismatch(now, state) is None
+    elsewhere = chosen("exact", counts=4)  # another partition: no candidate fits, nothing changes
+    assert advice.adopt(elsewhere, state) is None and elsewhere.config.codec == "fp32" and elsewhere.policy is None
+
+
+@pytest.mark.slow  # two multi-rank launches
+def test_auto_resumes_with_the_checkpoints_setting(tmp_path):
+    part = cli_partition(tmp_path, "karate", 2)
+    common = ["train", "--partition", str(part), "--checkpoint-dir", str(tmp_path / "ck"), "--quiet"]
+    r = run_mpi(2, *common, "--codec", "adaptive", "--epochs", "2", "--checkpoint-every", "2")
+    assert r.returncode == 0, r.stderr
+    r = run_mpi(2, *common, "--exchange", "auto", "--epochs", "4", "--resume")  # karate's wire: auto says exact
+    assert r.returncode == 0 and "auto: exact (" in r.stderr, r.stderr
+    assert "--exchange auto: adaptive, as the checkpoint was trained" in r.stderr, r.stderr
+    assert "starts afresh" not in r.stderr, r.stderr

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gnn_dist.runtime import codec
+from gnn_dist.runtime import codec, policy_state
 from gnn_dist.runtime.adaptive import solve_bits, variance
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, fetch_halo
 
@@ -245,3 +245,26 @@ def test_stale_and_skipped_blocks_converge_to_exact_once_the_boundary_stops(exac
     assert torch.allclose(w, exact_w, atol=1e-4), (w - exact_w).abs().max()  # and training ended where exact did
     early_w, _ = train_second_layer(cfg, steps=12)  # while the boundary moved, the policy did act
     assert not torch.allclose(early_w, early_exact_w, atol=1e-4)
+
+
+def test_drift_after_a_warm_up_is_one_steps_change(group):
+    """The drift-corrected form after an exact warm-up: on a boundary moving by the same step each epoch, the
+    received block moved on by its drift is the current boundary from the first stale epoch on (the warm-up
+    must not count the block it already used as a new one: the drift would read zero there)."""
+    base, delta = torch.randn(50, 4), torch.randn(50, 4)
+    ex = make(ExchangeConfig(staleness=1, momentum=0.0, stale_form="correct", stale_warmup=3))
+    for t in range(6):
+        got = epoch(ex, base + t * delta)
+        assert torch.allclose(got, (base + t * delta)[::2], atol=1e-5), t
+
+
+@pytest.mark.parametrize("cfg", [ExchangeConfig(), ExchangeConfig(codec="adaptive"), ExchangeConfig(skip_threshold=1.0),
+                                 ExchangeConfig(stale_form="correct", stale_warmup=3, stale_grads="same")])
+def test_a_checkpoint_from_before_the_stale_options_still_continues_other_settings(group, cfg):
+    """Without staleness the stale options change nothing, so they do not make an older checkpoint's state
+    (its settings: codec, staleness, momentum, skipping, adaptive) look foreign; with staleness they do."""
+    ex = make(cfg)
+    old = {"plan": [ex.send_counts, ex.recv_counts], "settings": [cfg.codec, 0, 0.95, cfg.skip_threshold, 10, 50, 4]}
+    assert policy_state.mismatch(ex, old) is None
+    stale = make(ExchangeConfig(staleness=1))
+    assert policy_state.mismatch(stale, {**old, "settings": ["fp32", 1, 0.95, 0.0, 10, 50, 4]}) is not None

@@ -19,11 +19,12 @@ def add_exchange_flags(p) -> None:
     p.add_argument("--budget-bits", type=int, default=4, choices=[2, 4, 8],
                    help="adaptive: no interface may take longer than it would at uniform int<B> (default 4)")
     p.add_argument("--adaptive-every", type=int, default=50, help="adaptive: re-solve bit-widths every N epochs")
-    p.add_argument("--staleness", type=int, default=0,
-                   help="use halo blocks from up to S epochs ago while fresh ones travel (default 0: exact)")
-    p.add_argument("--stale-momentum", type=float, default=None,
+    p.add_argument("--staleness", type=int, default=0, metavar="S",
+                   help="use forward halo blocks from S epochs ago while fresh ones travel; gradients are waited "
+                        "for unless --stale-grads says otherwise (default 0: exact)")
+    p.add_argument("--stale-momentum", type=float, default=None, metavar="M",
                    help="with --staleness: used block = M * previous + (1 - M) * received (PipeGCN-GF smoothing; "
-                        "default 0.95, 0 for plain PipeGCN)")
+                        "default 0.95; 0: none, which with --stale-grads plain is PipeGCN as published)")
     p.add_argument("--stale-form", default="feed", choices=["feed", "correct"],
                    help="with --staleness: feed the smoothed block forward (PipeGCN-GF), or correct the received "
                         "block by its smoothed drift per epoch (docs/exchange.md)")
@@ -38,6 +39,13 @@ def add_exchange_flags(p) -> None:
     p.add_argument("--skip-threshold", type=float, default=0.0,
                    help="resend a halo row only when its relative change exceeds this (default 0: always)")
     p.add_argument("--refresh-every", type=int, default=10, help="with --skip-threshold: full resend every N epochs")
+
+
+def stale_flags(a: argparse.Namespace) -> list[str]:
+    """The --stale-* flags given other than at their defaults (--exchange auto refuses them: it would drop them)."""
+    defaults = {"stale_momentum": None, "stale_form": "feed", "stale_warmup": 0, "stale_bound": 0.0,
+                "stale_grads": "fresh"}
+    return [k for k, v in defaults.items() if getattr(a, k) != v]
 
 
 def exchange_config(a: argparse.Namespace):
@@ -57,6 +65,10 @@ def auto_exchange(args: argparse.Namespace, ctx, graph, width: int) -> None:
 
     if graph.types is not None:  # every rank holds the same kind of graph: all refuse alike
         raise UsageError("--exchange auto applies to graphs without node and edge types (choose --codec yourself)")
+    if graph.exchange is None:  # one part (or none with halo rows): nothing travels
+        if ctx.is_main:
+            sys.stderr.write("[gnn-dist] --exchange auto: exact (no part has halo rows: nothing to exchange)\n")
+        return
     widths = advice.layer_widths(graph.num_features, args.hidden, width, args.layers)
     cand, why, links = advice.choose(graph.exchange, graph, widths, ctx)
     advice.apply(graph.exchange, cand, links)

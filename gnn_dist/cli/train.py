@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from gnn_dist import progress
-from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config
+from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config, stale_flags
 from partition.errors import GnnDistError, MissingExtraError, UsageError
 
 
@@ -132,8 +132,9 @@ def check_args(a: argparse.Namespace) -> None:
         (not dynamic or not a.no_plan_cache or (a.codec != "adaptive" and not a.staleness and not a.skip_threshold),
          "adaptive bit-widths, staleness and skipping keep state per snapshot group across epochs, so they need "
          "the plan cache (drop --no-plan-cache)"),
-        (a.exchange == "flags" or (a.codec == "fp32" and not a.staleness and not a.skip_threshold),
-         "--exchange auto picks the codec, staleness and skipping itself: drop --codec, --staleness, --skip-threshold"),
+        (a.exchange == "flags" or (a.codec == "fp32" and not a.staleness and not a.skip_threshold and not stale_flags(a)),
+         "--exchange auto picks the codec, staleness and skipping itself: drop --codec, --staleness, --stale-*, "
+         "--skip-threshold"),
         (a.exchange == "flags" or not dynamic, "--exchange auto applies to static graphs"),
         (a.layers >= 1, f"--layers must be >= 1, got {a.layers}"),
         (a.hidden >= 1, f"--hidden must be >= 1, got {a.hidden}"),
@@ -258,7 +259,7 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
     graph = load_graph(args, ctx, meta, exchange_config(args), verify=not args.no_verify)
     width = args.hidden if args.task == "link" else graph.num_classes  # link: the model emits embeddings
     model = build_user_or_builtin(args, ctx, graph, meta, width)
-    if args.exchange == "auto" and graph.exchange is not None:
+    if args.exchange == "auto":
         auto_exchange(args, ctx, graph, width)
     best = lambda f: f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else ""  # noqa: E731
     if args.task == "link":

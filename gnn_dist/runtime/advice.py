@@ -136,6 +136,22 @@ def apply(ex, cand: Candidate, links: dict) -> None:
     keep = {k: getattr(ex.config, k) for k in ("input_cache", "adaptive_every", "budget_bits")}
     ex.config = ExchangeConfig(**keep, **cand.settings, links=links).validate()
     ex.policy = AdaptivePolicy(ex, ex.config) if ex.config.codec == "adaptive" else None
+    ex.auto_links = links  # chosen by auto: a resumed run may take its checkpoint's choice instead (`adopt`)
+
+
+def adopt(ex, state: dict) -> str | None:
+    """On --resume, an exchange `auto` chose: switch to the candidate the checkpoint's `state` was made under
+    (timings differ between runs, so the choice may too), so that the run goes on as it was. Its name, or
+    None if no candidate matches (nothing changed). Every rank holds the same settings, so all agree."""
+    from gnn_dist.runtime import policy_state
+
+    before = (ex.config, ex.policy)
+    for cand in MEASURED:
+        apply(ex, cand, ex.auto_links)
+        if policy_state.mismatch(ex, state) is None:
+            return cand.name
+    ex.config, ex.policy = before
+    return None
 
 
 def pick(compute: float, comm: dict, candidates=MEASURED) -> tuple[Candidate, str]:

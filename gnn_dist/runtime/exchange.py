@@ -66,10 +66,10 @@ class ExchangeConfig:
     def validate(self) -> "ExchangeConfig":
         if self.codec not in codec.CODECS + ("adaptive",):
             raise UsageError(f"unknown codec '{self.codec}' (choose from {', '.join(codec.CODECS + ('adaptive',))})")
-        if self.staleness < 0 or not 0 <= self.momentum < 1 or self.skip_threshold < 0 or self.refresh_every < 1:
+        if self.staleness < 0 or not 0 <= self.momentum < 1 or not self.skip_threshold >= 0 or self.refresh_every < 1:
             raise UsageError("staleness >= 0, 0 <= momentum < 1, skip_threshold >= 0, refresh_every >= 1 required")
         if (self.stale_form not in stale.FORMS or self.stale_grads not in stale.GRADS or self.stale_warmup < 0
-                or self.stale_bound < 0):
+                or not self.stale_bound >= 0):  # not >=: NaN fails too
             raise UsageError(f"stale form one of {', '.join(stale.FORMS)}, stale grads one of {', '.join(stale.GRADS)}, "
                              f"stale warm-up >= 0, stale bound >= 0 required")
         if self.staleness and self.skip_threshold:

@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 
 
 def settings(ex: "HaloExchange") -> list:
-    """The policy settings a state was made under."""
+    """The policy settings a state was made under. The stale blocks' own settings only with staleness, where
+    they change anything: a checkpoint written before they existed still continues every other setting."""
     c = ex.config
+    stale = [c.stale_form, c.stale_warmup, c.stale_bound, c.stale_grads] if c.staleness else []
     return [c.codec, c.staleness, c.momentum, c.skip_threshold, c.refresh_every, c.adaptive_every, c.budget_bits,
-            c.stale_form, c.stale_warmup, c.stale_bound, c.stale_grads]
+            *stale]
 
 
 def _cpu(blocks: dict) -> dict:

@@ -48,9 +48,9 @@ def through_cache(ex: "HaloExchange", channel: str, pending):
     q = ex._queues[channel]
     q.append(pending)
     if ex.epoch < cfg.stale_warmup:  # exact warm-up: this step's own block; nothing older is kept
+        if _tracks(cfg) and len(q) > 1:  # last step's block, as a stale step would receive it: this step's
+            _observe(ex, channel, q[0].wait())  # is received first after the warm-up, and observed then
         block = _fresh(q)
-        if _tracks(cfg):
-            _observe(ex, channel, block)
         ex._used[channel] = block
         return Ready(block)
     received = None

@@ -227,6 +227,13 @@ class Loop:
         if ex is None or mine is None:
             return
         why = ex.state_mismatch(mine)
+        if why is not None and getattr(ex, "auto_links", None) is not None:  # --exchange auto chose otherwise
+            from gnn_dist.runtime import advice
+
+            name = advice.adopt(ex, mine)
+            if name is not None:
+                why = None
+                self._say(f"--exchange auto: {name}, as the checkpoint was trained (resumed exactly)")
         if count_sum(why is not None, self.ctx):
             self._say(f"resumed from epoch {state['epoch']}: model and optimiser restored; the exchange's policy "
                       f"state starts afresh ({why or 'another rank: its halo plan differs'})")
