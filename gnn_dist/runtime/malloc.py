@@ -73,15 +73,17 @@ def _libc(tuning: bool = True):
 
 @functools.cache
 def _glibc():
-    """The C library, once (find_library runs ldconfig), if it is glibc 2.33 or newer; else None."""
+    """The C library, once (find_library runs ldconfig), if it is glibc (mallopt and malloc_trim); else None.
+    mallinfo2 (glibc 2.33+) is optional: older glibc is still tuned and trimmed, only `heap_stats` is None."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        libc.mallopt, libc.malloc_trim, libc.mallinfo2  # noqa: B018 (glibc 2.33+ has all three)
+        libc.mallopt, libc.malloc_trim  # noqa: B018
     except (OSError, AttributeError, TypeError):
         return None
-    libc.mallinfo2.restype = _MallInfo2
     libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    if hasattr(libc, "mallinfo2"):
+        libc.mallinfo2.restype = _MallInfo2
     return libc
 
 
@@ -95,9 +97,10 @@ _TRIMMED = [0]  # free heap bytes right after the last trim: pages handed back, 
 
 def heap_stats() -> tuple[int, int] | None:
     """(bytes glibc's malloc holds from the kernel: heaps and mmapped blocks, bytes of it free now), or None
-    off glibc. The free bytes include what `release_free_memory` handed back (`trimmed_bytes`)."""
+    off glibc and before glibc 2.33 (no mallinfo2). The free bytes include what `release_free_memory` handed
+    back (`trimmed_bytes`)."""
     libc = _libc(tuning=False)
-    if libc is None:
+    if libc is None or not hasattr(libc, "mallinfo2"):
         return None
     info = libc.mallinfo2()
     return int(info.arena + info.hblkhd), int(info.fordblks)
@@ -120,7 +123,7 @@ def release_free_memory() -> bool:
     if libc is None:
         return False
     libc.malloc_trim(0)
-    _TRIMMED[0] = heap_stats()[1]
+    _TRIMMED[0] = (heap_stats() or (0, 0))[1]
     return True
 
 
