@@ -100,3 +100,24 @@ def test_older_or_other_c_libraries(hide, expected):
     env = {k: v for k, v in os.environ.items() if k != "GNN_DIST_MALLOC"}
     out = subprocess.run([sys.executable, "-c", f"HIDE = {hide!r}\n" + _HIDING], capture_output=True, text=True, env=env)
     assert out.stdout.strip() == expected, out.stderr[-2000:]
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+@pytest.mark.parametrize(("mode", "mapped"), [("always [madvise] never", 4), ("always madvise [never]", 0),
+                                              (None, 0)])  # no setting: a kernel without THP
+def test_blocks_mapped_afresh_only_where_the_kernel_gives_huge_pages(tmp_path, mode, mapped):
+    """With THP_MEM_ALLOC_ENABLE=1, a 4 MB block is mapped afresh (one fault per 2 MB) only where the kernel's
+    huge pages are on; with them off it would be faulted in 4 KB at a time every step, so it stays on the heap."""
+    setting = tmp_path / "enabled"
+    if mode is not None:
+        setting.write_text(mode + "\n")
+    code = ("import numpy as np\n"
+            "from gnn_dist.runtime import malloc\n"
+            f"malloc.KERNEL_HUGE_PAGES = {str(setting)!r}\n"
+            "assert malloc.keep_freed_memory()\n"
+            "before = malloc._glibc().mallinfo2().hblkhd\n"
+            "block = np.ones(1 << 19)\n"
+            "print((malloc._glibc().mallinfo2().hblkhd - before) >> 20)\n")
+    env = {k: v for k, v in os.environ.items() if k != "GNN_DIST_MALLOC"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "THP_MEM_ALLOC_ENABLE": "1"})
+    assert out.stdout.strip() == str(mapped), out.stderr[-2000:]

@@ -34,6 +34,7 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit: larger requests are still mmap()ed
 HUGE_PAGE = 2 << 20  # with torch's huge pages, tensors from this size are mapped afresh (keep_freed_memory)
 TRIM_THRESHOLD = 1 << 30
+KERNEL_HUGE_PAGES = "/sys/kernel/mm/transparent_hugepage/enabled"  # "always [madvise] never": the mode in brackets
 HUGE_PAGES_MIN_BYTES = 96 << 20  # measured faster at 128 MB of activations per rank, slower at 51 MB and below
 
 
@@ -130,11 +131,23 @@ def release_free_memory() -> bool:
 def keep_freed_memory() -> bool:
     """Tune glibc's malloc for reuse; returns whether it was applied (False off glibc or when disabled).
 
-    With torch's huge pages on (THP_MEM_ALLOC_ENABLE=1, set before this runs), blocks of 2 MB and more are
-    mapped afresh instead: a fresh mapping then costs one fault per 2 MB, and a step's mid-sized tensors
-    (16 MB at 1M nodes and P=4) left holes on the heap that grew it epoch after epoch."""
+    With torch's huge pages on (THP_MEM_ALLOC_ENABLE=1, set before this runs) and the kernel able to give
+    them, blocks of 2 MB and more are mapped afresh instead: a fresh mapping then costs one fault per 2 MB,
+    and a step's mid-sized tensors (16 MB at 1M nodes and P=4) left holes on the heap that grew it epoch
+    after epoch. Where the kernel's huge pages are off (`never`, common on HPC nodes) a fresh mapping is
+    faulted in 4 KB at a time, so blocks up to 32 MB stay on the heap as without them."""
     libc = _libc()
     if libc is None:
         return False  # not glibc (musl, macOS), or GNN_DIST_MALLOC=system: nothing to tune
-    mmap_from = HUGE_PAGE if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" else MMAP_THRESHOLD_MAX
+    mmap_from = HUGE_PAGE if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" and _kernel_huge_pages() else MMAP_THRESHOLD_MAX
     return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap_from)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def _kernel_huge_pages() -> bool:
+    """Whether the kernel backs a madvise()d mapping with huge pages (torch asks that way): its mode is not
+    `never` (False where the setting cannot be read: no THP in that kernel)."""
+    try:
+        with open(KERNEL_HUGE_PAGES) as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
