@@ -268,3 +268,20 @@ def test_a_checkpoint_from_before_the_stale_options_still_continues_other_settin
     assert policy_state.mismatch(ex, old) is None
     stale = make(ExchangeConfig(staleness=1))
     assert policy_state.mismatch(stale, {**old, "settings": ["fp32", 1, 0.95, 0.0, 10, 50, 4]}) is not None
+
+
+def test_a_provided_tensor_is_held_weakly_and_still_served(group):
+    """provide(x): start(x) hands out the provided halo and sends nothing, a fresh tensor goes over the wire, and
+    the exchange does not keep x alive (the step's dropped input would otherwise stand in backward's peak)."""
+    import weakref
+
+    ex = make(ExchangeConfig(staleness=1))
+    x, halo = torch.randn(50, 3), torch.full((25, 3), 7.0)
+    ex.provide(x, lambda e: halo)
+    assert ex.start(x, ex.channel("conv", True)).wait() is halo
+    y = x.clone()
+    assert torch.equal(ex.start(y, None).wait(), y[::2])  # another tensor: the real exchange
+    ref = weakref.ref(x)
+    del x
+    assert ref() is None
+    assert torch.equal(ex.start(y, None).wait(), y[::2])
