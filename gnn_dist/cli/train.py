@@ -50,6 +50,9 @@ def add_parser(sub) -> None:
                    help="send the input features' halo every epoch instead of once (input dropout is keyed by "
                         "node id either way, so results are identical; for measuring)")
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
+    p.add_argument("--machine", default=None, metavar="FILE",
+                   help="machine profile (`gnn-dist profile-machine`) for the cost model's prediction of the epoch, "
+                        "written to --log (default: the profile shipped with gnn-dist)")
     add_loop_flags(p)
     add_dynamic_flags(p)
     add_launch_flags(p)
@@ -190,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
     kind = check_partition_kind(args, meta)
+    from partition import machine
+
+    args.machine_profile = machine.load(args.machine)  # a bad profile fails here, on every rank, before any network
     import torch
 
     from gnn_dist.runtime.launch import init
@@ -288,8 +294,10 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
         return model, lambda: LinkTrainer(model, graph, ctx, args.partition, **loop_options(args)), lambda f: (
             f"final epoch {f.get('epoch')}: loss {f['loss']:.4f} | val auc {f['val_auc']:.4f} | "
             f"test auc {f['test_auc']:.4f}" + best(f))
+    from gnn_dist.cli.cost_report import log_prediction
     from gnn_dist.train.node import Trainer
 
+    log_prediction(args, ctx, meta, graph.num_classes)
     return model, lambda: Trainer(model, graph, ctx, meta.get("metric"), **loop_options(args)), lambda f: (
         f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | "
         + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in f.items() if k.endswith(("_acc", "_f1", "_rocauc")))

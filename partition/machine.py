@@ -1,0 +1,103 @@
+"""Machine profiles: what one core computes per second, how cores are shared, what a link carries.
+
+The cost model (partition.costmodel) turns a partition's counts into seconds with these figures. A profile
+is a small JSON file (`--machine FILE`, written by `gnn-dist profile-machine` or the network lab); without
+one, DEFAULT is used, the same on every machine, so the default partition does not depend on where it was
+made. Rates are per core; a rank runs on `cores_per_host / ranks sharing its host` cores.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from partition.errors import DataError
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One kind of host and the links between ranks. Units in the field names."""
+
+    name: str
+    sparse_per_core: float  # sparse products: edge x column multiply-adds per second on one core
+    dense_per_core: float  # dense products: floating-point operations per second on one core
+    elementwise_per_core: float  # elementwise passes (dropout, ReLU, bias, their gradients): values per second
+    cores_per_host: int  # cores every rank on a host shares
+    ranks_per_host: int  # ranks placed on one host (0: all ranks on one host)
+    link_bytes_per_s: float  # each rank's link, per direction
+    latency_s: float  # per message, so per peer and all-to-all
+
+    def describe(self) -> str:
+        """One line: what the predictions assume."""
+        hosts = "all ranks on one host" if self.ranks_per_host == 0 else f"{self.ranks_per_host} rank(s) per host"
+        return (f"machine '{self.name}': sparse {self.sparse_per_core / 1e9:.2f} G edge-columns/s, dense "
+                f"{self.dense_per_core / 1e9:.1f} GFLOP/s, elementwise {self.elementwise_per_core / 1e9:.2f} "
+                f"G values/s per core; {self.cores_per_host} cores per host, {hosts}; link "
+                f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us")
+
+    def with_link(self, bits_per_s: float, latency_s: float | None = None, ranks_per_host: int | None = None,
+                  name: str | None = None) -> "Machine":
+        """The same cores behind another link (what the network lab writes)."""
+        return Machine(**dict(asdict(self), link_bytes_per_s=bits_per_s / 8,
+                              latency_s=self.latency_s if latency_s is None else latency_s,
+                              ranks_per_host=self.ranks_per_host if ranks_per_host is None else ranks_per_host,
+                              name=name or self.name))
+
+
+# Measured on the project's 2-core development box (AMD EPYC, torch 2.13 CPU) by `gnn-dist profile-machine`
+# (single-thread kernels, see docs/benchmarks.md "The cost model"); one rank per host with its own 1 Gbit/s
+# link. Fixed here so that a partition made anywhere is the same partition.
+DEFAULT = Machine(name="default", sparse_per_core=2.6e9, dense_per_core=33e9, elementwise_per_core=1.7e9,
+                  cores_per_host=2, ranks_per_host=1, link_bytes_per_s=1e9 / 8, latency_s=100e-6)
+
+
+def from_dict(data: object, source: str) -> Machine:
+    """A profile from parsed JSON, every field checked: one line naming the first bad one."""
+    if not isinstance(data, dict):
+        raise DataError(f"machine profile {source}: expected a JSON object, got {type(data).__name__}")
+    names = [f.name for f in fields(Machine)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise DataError(f"machine profile {source}: unknown field '{unknown[0]}' (fields: {', '.join(names)})")
+    out = {}
+    for f in fields(Machine):
+        if f.name not in data:
+            raise DataError(f"machine profile {source} lacks the field '{f.name}'")
+        v = data[f.name]
+        if f.name == "name":
+            out[f.name] = str(v)
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise DataError(f"machine profile {source}: '{f.name}' must be a number, got {v!r}")
+        whole = f.name in ("cores_per_host", "ranks_per_host")
+        if whole and (v != int(v) or v < (0 if f.name == "ranks_per_host" else 1)):
+            raise DataError(f"machine profile {source}: '{f.name}' must be a whole number >= "
+                            f"{0 if f.name == 'ranks_per_host' else 1}, got {v!r}")
+        if not whole and (v < 0 if f.name == "latency_s" else v <= 0):
+            raise DataError(f"machine profile {source}: '{f.name}' must be "
+                            f"{'>= 0' if f.name == 'latency_s' else '> 0'}, got {v!r}")
+        out[f.name] = int(v) if whole else float(v)
+    return Machine(**out)
+
+
+def load(path: str | None) -> Machine:
+    """The profile in `path`, or DEFAULT without one."""
+    if path is None:
+        return DEFAULT
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise DataError(f"machine profile {path} cannot be read: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise DataError(f"machine profile {path} is not JSON: {e}") from None
+    return from_dict(data, path)
+
+
+def save(machine: Machine, path: str) -> None:
+    """Write atomically: a profile is either the old one or the new one, never half of one."""
+    from partition.store import write_atomic
+
+    write_atomic(Path(path), lambda f: f.write((json.dumps(asdict(machine), indent=2) + "\n").encode()))
