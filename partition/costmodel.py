@@ -5,10 +5,13 @@ the model's widths and depth, it counts each rank's work in three kinds (sparse 
 flops, elementwise values) and its wire bytes per exchange, then prices them with a machine profile
 (partition.machine):
 
-- compute = work at one core's rates over the rank's threads (cores per host / ranks per host);
-- wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, less what the rows that
-  need no halo (central rows) compute meanwhile; only the unhidden rest counts;
-- ranks sharing a host share its cores: an epoch takes at least the host's total work over its cores.
+- compute = work at one core's rates over the rank's threads (cores per host / ranks per host), plus the
+  step's fixed cost (Python, autograd, optimiser) on one thread;
+- wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, and the gradients'
+  all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
+  only the unhidden rest counts;
+- ranks sharing a host share its cores: an epoch takes at least the host's total work over its cores,
+  plus the wire time every rank pays (the all-to-alls are meetings: while all wait, no core computes).
 
 The layer order follows gnn_dist.nn.conv.aggregate_first (GCN's: a layer exchanges the narrower of its
 input and output), and the first layer's input halo is fetched once (the input cache), so it costs
@@ -60,7 +63,7 @@ class RankCost:
 @dataclass(frozen=True)
 class Prediction:
     ranks: list[RankCost]
-    host_floor_s: float  # the busiest host's total work over its cores
+    host_floor_s: float  # the busiest host's total work over its cores, plus the wire every rank pays
     epoch_s: float
     busiest: int
     bottleneck: str  # "compute", "wire" or "shared cores"
@@ -116,7 +119,7 @@ def _wire(part: Mapping, plan: Sequence[Layer], machine: Machine, peers: int, hi
     if peers == 0:
         return 0.0
     recv, sent = float(part["halo"]), float(part.get("sent", part["halo"]))
-    total = 0.0
+    total = machine.latency_s * peers  # the gradients' all-reduce (a few KB)
     for layer in plan:
         if not layer.exchanges:
             continue
@@ -139,15 +142,17 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
         sparse, dense, elem = rank_work(part, plan)
         s, d, e = (sparse / machine.sparse_per_core, dense / machine.dense_per_core,
                    elem / machine.elementwise_per_core)
-        one_core.append(s + d + e)
-        compute = (s + d + e) / threads
+        one_core.append(s + d + e + machine.step_s)
+        compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
         central = float(part["central"]) / max(float(part["inner"]), 1.0)
         fwd_sparse = sum((float(part["edges"]) + float(part["inner"])) * la.width
                          for la in plan if la.exchanges) / machine.sparse_per_core / threads
         hidden = 2 * central * fwd_sparse if work.overlap else 0.0  # forward and backward
         wire = _wire(part, plan, machine, p - 1, hidden)
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
-    floor = max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
+    # every rank pays the wire all ranks pay (the all-to-alls meet): the cores are idle for it too
+    floor = (max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
+             + min(r.wire_s for r in ranks))
     worst = max(ranks, key=lambda r: r.epoch_s)
     if floor > worst.epoch_s:
         busiest = max(range(p), key=lambda k: one_core[k])

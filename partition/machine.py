@@ -23,6 +23,7 @@ class Machine:
     sparse_per_core: float  # sparse products: edge x column multiply-adds per second on one core
     dense_per_core: float  # dense products: floating-point operations per second on one core
     elementwise_per_core: float  # elementwise passes (dropout, ReLU, bias, their gradients): values per second
+    step_s: float  # a training step's fixed cost on one core, whatever the graph: Python, autograd, the optimiser
     cores_per_host: int  # cores every rank on a host shares
     ranks_per_host: int  # ranks placed on one host (0: all ranks on one host)
     link_bytes_per_s: float  # each rank's link, per direction
@@ -33,7 +34,7 @@ class Machine:
         hosts = "all ranks on one host" if self.ranks_per_host == 0 else f"{self.ranks_per_host} rank(s) per host"
         return (f"machine '{self.name}': sparse {self.sparse_per_core / 1e9:.2f} G edge-columns/s, dense "
                 f"{self.dense_per_core / 1e9:.1f} GFLOP/s, elementwise {self.elementwise_per_core / 1e9:.2f} "
-                f"G values/s per core; {self.cores_per_host} cores per host, {hosts}; link "
+                f"G values/s per core, step {self.step_s * 1e3:.1f} ms; {self.cores_per_host} cores per host, {hosts}; link "
                 f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us")
 
     def with_link(self, bits_per_s: float, latency_s: float | None = None, ranks_per_host: int | None = None,
@@ -48,7 +49,7 @@ class Machine:
 # Measured on the project's 2-core development box (AMD EPYC, torch 2.13 CPU) by `gnn-dist profile-machine`
 # (single-thread kernels, see docs/benchmarks.md "The cost model"); one rank per host with its own 1 Gbit/s
 # link. Fixed here so that a partition made anywhere is the same partition.
-DEFAULT = Machine(name="default", sparse_per_core=2.6e9, dense_per_core=33e9, elementwise_per_core=1.7e9,
+DEFAULT = Machine(name="default", sparse_per_core=2.6e9, dense_per_core=33e9, elementwise_per_core=1.7e9, step_s=2e-3,
                   cores_per_host=2, ranks_per_host=1, link_bytes_per_s=1e9 / 8, latency_s=100e-6)
 
 
@@ -74,9 +75,9 @@ def from_dict(data: object, source: str) -> Machine:
         if whole and (v != int(v) or v < (0 if f.name == "ranks_per_host" else 1)):
             raise DataError(f"machine profile {source}: '{f.name}' must be a whole number >= "
                             f"{0 if f.name == 'ranks_per_host' else 1}, got {v!r}")
-        if not whole and (v < 0 if f.name == "latency_s" else v <= 0):
-            raise DataError(f"machine profile {source}: '{f.name}' must be "
-                            f"{'>= 0' if f.name == 'latency_s' else '> 0'}, got {v!r}")
+        zero_ok = f.name in ("latency_s", "step_s")
+        if not whole and (v < 0 if zero_ok else v <= 0):
+            raise DataError(f"machine profile {source}: '{f.name}' must be {'>= 0' if zero_ok else '> 0'}, got {v!r}")
         out[f.name] = int(v) if whole else float(v)
     return Machine(**out)
 

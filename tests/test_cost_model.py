@@ -16,7 +16,7 @@ from partition.errors import DataError
 from partition.machine import DEFAULT, Machine, from_dict, load, save
 from tests.conftest import one_error_line, run_cli, run_mpi
 
-ROUND = Machine(name="round", sparse_per_core=1e9, dense_per_core=1e10, elementwise_per_core=1e9,
+ROUND = Machine(name="round", sparse_per_core=1e9, dense_per_core=1e10, elementwise_per_core=1e9, step_s=0.0,
                 cores_per_host=2, ranks_per_host=1, link_bytes_per_s=1e8, latency_s=1e-4)
 
 
@@ -71,9 +71,9 @@ def test_prediction_is_the_models_arithmetic():
     assert r.dense_s == pytest.approx(2 * 1000 * 5 * 2 * 2 / 1e10)  # forward and weight gradient
     assert r.elementwise_s == pytest.approx((2 * (1000 + 100) * 5 + 2 * 1000 * 2) / 1e9)
     assert r.compute_s == pytest.approx((r.sparse_s + r.dense_s + r.elementwise_s) / 2)  # 2 cores, 1 rank
-    # two all-to-alls (forward, backward) of max(300, 100) rows x 2 columns x 4 bytes, one peer
-    assert r.wire_s == pytest.approx(2 * (1e-4 + 300 * 2 * 4 / 1e8))
-    assert pred.epoch_s == pytest.approx(r.compute_s + r.wire_s) and pred.bottleneck == "wire"  # 248 > 22 us
+    # two all-to-alls (forward, backward) of max(300, 100) rows x 2 columns x 4 bytes, one peer; the all-reduce
+    assert r.wire_s == pytest.approx(2 * (1e-4 + 300 * 2 * 4 / 1e8) + 1e-4)
+    assert pred.epoch_s == pytest.approx(r.compute_s + r.wire_s) and pred.bottleneck == "wire"  # 348 > 22 us
     hidden = predict([dict(part, central=1000)] * 2, Workload(5, 2, 2, 1, overlap=True), ROUND).ranks[0]
     assert hidden.wire_s == pytest.approx(max(0.0, r.wire_s - 2 * r.sparse_s / 2 / 2))
 
@@ -113,7 +113,7 @@ def test_default_partition_never_predicts_slower(rmat):
     choice = choose(rmat, 4, run, work, DEFAULT)
     assert choice.prediction.epoch_s <= choice.considered["node counts"] + 1e-12
     assert choice.name != "node counts"  # on R-MAT the node-balanced partition leaves one rank far busier
-    assert choice.considered["node counts"] > 1.1 * choice.prediction.epoch_s, choice.considered
+    assert choice.considered["node counts"] > 1.05 * choice.prediction.epoch_s, choice.considered
     assert np.bincount(choice.parts, minlength=4).max() <= NODE_BOUND * rmat.num_nodes / 4
     mesh = load_dataset("grid:width=60,height=50")
     mesh_choice = choose(mesh, 4, lambda w: assign_parts(mesh, 4, "metis", vweights=None if w is None else w[:, None]),

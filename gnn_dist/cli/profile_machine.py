@@ -23,6 +23,10 @@ def add_parser(sub) -> None:
     p.add_argument("--name", default=None, help="the profile's name (default: this host's name)")
     p.add_argument("--rows", type=int, default=200_000, help="rows of the timed operands (default 200000)")
     p.add_argument("--repeat", type=int, default=5, help="timings per kernel; the median is kept (default 5)")
+    p.add_argument("--link", action="store_true",
+                   help="measure the link among the launched ranks with all-to-alls as training sends them (run "
+                        "under `mpiexec -n P` or the network lab's `run`; rank 0 writes the profile) instead of "
+                        "this host's loopback")
     p.set_defaults(run=run)
 
 
@@ -70,7 +74,40 @@ def compute_rates(rows: int, repeat: int) -> dict:
     finally:
         torch.set_num_threads(threads)
     return {"sparse_per_core": _harmonic(sparse), "dense_per_core": _harmonic(dense),
-            "elementwise_per_core": _harmonic(elem)}
+            "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
+
+
+def step_seconds(repeat: int) -> float:
+    """A GCN training step on a graph too small to weigh anything (a 20 x 20 grid), on one thread: the
+    fixed cost of every step (Python, autograd, the optimiser, small tensors)."""
+    import torch
+    import torch.nn.functional as F
+
+    from gnn_dist.data.synthetic import grid
+    from gnn_dist.graph.local import LocalGraph
+    from gnn_dist.nn.models import build_model
+    from gnn_dist.runtime import streams
+
+    g = LocalGraph.from_graph(grid(width=20, height=20, features=16))
+    model = build_model("gcn", g.num_features, 16, int(g.y.max()) + 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+
+    def step() -> None:
+        streams.begin(0, 0, 0)
+        try:
+            opt.zero_grad()
+            loss = F.cross_entropy(model(g.x, g)[g.train_mask], g.y[g.train_mask])
+            loss.backward()
+            opt.step()
+        finally:
+            streams.end()
+
+    try:
+        return median_of(lambda: [step() for _ in range(10)], repeat) / 10
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _harmonic(rates: list[float]) -> float:
@@ -111,14 +148,61 @@ def loopback_link(repeat: int, size: int = 8 << 20) -> tuple[float, float]:
     return max(rates), latency
 
 
-def measure(name: str, rows: int, repeat: int):
+def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, float]:
+    """(bytes per second per rank and direction, seconds per peer of an all-to-all) among the launched ranks:
+    empty all-to-alls give the latency, 1 MiB per peer the rate, each the median of `repeat` x 10."""
+    import torch
+    import torch.distributed as dist
+
+    p = ctx.world_size
+
+    def a2a_seconds(values: int) -> float:
+        send, recv = torch.zeros(p * values), torch.empty(p * values)
+
+        def ten() -> None:
+            dist.barrier()
+            for _ in range(10):
+                dist.all_to_all_single(recv, send)
+        return median_of(ten, repeat) / 10
+
+    small = a2a_seconds(1)
+    big = a2a_seconds(peer_bytes // 4)
+    return (p - 1) * peer_bytes / max(big - small, 1e-9), small / max(p - 1, 1)
+
+
+def measure(args: argparse.Namespace):
+    """The profile, or None on ranks other than 0 (with --link)."""
     from partition.machine import Machine
 
-    rates = compute_rates(rows, repeat)
-    link, latency = loopback_link(repeat)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return Machine(name=name, cores_per_host=cores, ranks_per_host=0, link_bytes_per_s=link, latency_s=latency,
-                   **rates)
+    if not args.link:
+        link, latency = loopback_link(args.repeat)
+        return Machine(name=args.name or socket.gethostname(), cores_per_host=cores, ranks_per_host=0,
+                       link_bytes_per_s=link, latency_s=latency, **compute_rates(args.rows, args.repeat))
+    import torch
+    import torch.distributed as dist
+
+    from gnn_dist.runtime.launch import init
+
+    ctx = init(backend="gloo", transport="gloo")
+    if ctx.world_size < 2:
+        raise UsageError("--link measures the link among launched ranks: run under mpiexec -n P (P >= 2) or the "
+                         "network lab")
+    link, latency = ranks_link(ctx, args.repeat)
+    dist.barrier()
+    rates = compute_rates(args.rows, args.repeat)  # every rank at once, as in training: they share the cores
+    table = torch.zeros(ctx.world_size, len(rates), dtype=torch.float64)
+    table[ctx.rank] = torch.tensor([rates[k] for k in sorted(rates)], dtype=torch.float64)
+    dist.all_reduce(table)
+    if ctx.rank != 0:
+        return None
+    busy = min(ctx.local_size, cores)  # cores the host's ranks kept busy
+    summed = dict(zip(sorted(rates), table.sum(0).tolist()))
+    per_core = {k: v / busy for k, v in summed.items() if k != "step_s"}
+    per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
+    return Machine(name=args.name or socket.gethostname(), cores_per_host=cores,
+                   ranks_per_host=0 if ctx.local_size == ctx.world_size else ctx.local_size,
+                   link_bytes_per_s=link, latency_s=latency, **per_core)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,7 +210,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rows < 1000 or args.repeat < 1:
         raise UsageError(f"--rows must be >= 1000 and --repeat >= 1, got {args.rows} and {args.repeat}")
-    machine = measure(args.name or socket.gethostname(), args.rows, args.repeat)
+    machine = measure(args)
+    if machine is None:
+        return 0
     save(machine, args.out)
     print(machine.describe())
     print(f"wrote {args.out}")
