@@ -2,6 +2,7 @@
 
     sudo python scripts/netlab.py up --hosts 4 --rate 1gbit [--delay 1ms]
     sudo python scripts/netlab.py run -- python -m gnn_dist train --partition out/g-4 ...
+    sudo python scripts/netlab.py profile --out lab.json   # the cost model's profile of the lab's links
     sudo python scripts/netlab.py down
 
 Each host namespace `gdlK` has one veth (`gdlKh`, address 10.77.0.K+1/24)
@@ -124,6 +125,9 @@ def main() -> None:
     r = sub.add_parser("run", help="run COMMAND as ranks 0..P-1, one per host namespace")
     r.add_argument("--port", type=int, default=29400)
     r.add_argument("command", nargs=argparse.REMAINDER)
+    pr = sub.add_parser("profile", help="measure the lab's links (and cores) into a machine profile for the cost "
+                                        "model: `gnn-dist profile-machine --link` run as one rank per host")
+    pr.add_argument("--out", required=True, help="the JSON profile to write")
     sub.add_parser("down", help="remove everything `up` made")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -132,6 +136,10 @@ def main() -> None:
         up(a.hosts, a.rate, a.delay)
     elif a.cmd == "down":
         down()
+    elif a.cmd == "profile":
+        lab = json.loads(STATE.read_text()) if STATE.exists() else {}
+        name = f"lab-{lab.get('hosts')}x{lab.get('rate')}"
+        sys.exit(run([sys.executable, "-m", "gnn_dist", "profile-machine", "--link", "--out", a.out, "--name", name]))
     else:
         cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
         sys.exit(run(cmd, a.port))
