@@ -8,7 +8,7 @@
 `run` partitions the graph (the default partition, cached under --work), measures the machine profile
 the prediction uses (`gnn-dist profile-machine --link` among the same ranks, where they will train:
 this host, or the lab's namespaces at --rate), trains with --log and that profile, and appends the
-measured epoch (mean of the epochs after the first --warmup) beside the prediction the log starts with.
+measured epoch (mean of the epochs after the first --warmup) beside the prediction its first epoch carries.
 One `run` per call, so each fits one hold of the shared-CPU lock. `table` prints the markdown table of
 docs/benchmarks.md ("The cost model").
 """

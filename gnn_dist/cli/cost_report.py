@@ -1,29 +1,41 @@
-"""The cost model beside the commands: the prediction a training log starts with, and `info --run`'s table
-of predicted against measured seconds per rank."""
+"""The cost model beside the commands: partition's choice and prediction, the prediction a training log
+carries, and `info --run`'s table of predicted against measured seconds per rank."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Sequence
 
 from partition.errors import UsageError
 
 
-def log_prediction(args: argparse.Namespace, ctx, meta: dict, classes: int) -> None:
-    """Rank 0 writes the cost model's prediction of this run's epoch as a log record (`gnn-dist info --run`
-    shows it beside the measured epochs), where the model prices what runs: built-in GCN layers on a static
-    graph, exact fp32 halo rows, the input cache on."""
+def add_machine_flag(p, what: str) -> None:
+    """`--machine FILE`, the one definition `partition` and `train` share."""
+    p.add_argument("--machine", default=None, metavar="FILE",
+                   help=f"machine profile (`gnn-dist profile-machine`) for {what} (default: the profile shipped "
+                        f"with gnn-dist, so the default partition is the same on every machine)")
+
+
+def read_profile(path: str | None):
+    """The profile in `path` (one line naming what is wrong with it), or the shipped default."""
+    from partition import machine
+
+    return machine.load(path)
+
+
+def prediction(args: argparse.Namespace, ctx, meta: dict, classes: int) -> dict | None:
+    """On rank 0 with --log, the cost model's prediction of this run's epoch, for the first logged epoch
+    (`gnn-dist info --run` shows it beside the measured ones), where the model prices what runs: built-in
+    GCN layers on a static graph, exact fp32 halo rows, the input cache on; None elsewhere."""
     if not (args.log and ctx.is_main and args.model == "gcn" and "stats" in meta and meta.get("format_version") == 1
             and args.codec == "fp32" and not args.staleness and not args.skip_threshold and not args.no_input_cache):
-        return
+        return None
     from partition import costmodel
 
     profile = args.machine_profile
     work = costmodel.Workload(features=meta["num_features"], classes=classes, hidden=args.hidden,
                               layers=args.layers or 2, overlap=not args.no_overlap)
     pred = costmodel.predict(costmodel.parts_from_meta(meta), work, profile)
-    with open(args.log, "a") as f:
-        f.write(json.dumps(costmodel.prediction_record(pred, profile, work)) + "\n")
+    return costmodel.prediction_record(pred, profile, work)
 
 
 def _mean(rows: Sequence[Sequence[float]]) -> list[float]:
@@ -59,9 +71,8 @@ def measured_against_predicted(records: list[dict], prediction: dict | None, ski
 def load_machine(path: str | None):
     """The profile in `path`, or the shipped default; says which on stderr."""
     from gnn_dist.cli.partition_cmd import log
-    from partition import machine
 
-    profile = machine.load(path)
+    profile = read_profile(path)
     log(f"cost model: {profile.describe()}" + (f" (from {path})" if path else " (the shipped default profile)"))
     return profile
 

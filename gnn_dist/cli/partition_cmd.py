@@ -45,9 +45,7 @@ def add_parser(sub) -> None:
                    help="metis, mtkahypar and kahip: by default the partition whose predicted slowest rank is "
                         "fastest (the cost model, --machine), node counts within 2x the mean; or balance these, "
                         "comma separated: nodes (node counts only), train, degree")
-    p.add_argument("--machine", default=None, metavar="FILE",
-                   help="machine profile for the cost model (`gnn-dist profile-machine`; default: the profile "
-                        "shipped with gnn-dist, so the default partition is the same on every machine)")
+    cost_report.add_machine_flag(p, "the cost model's choice of the default partition and its prediction")
     p.add_argument("--hidden", type=int, default=16, help="cost model: the hidden width you will train (default 16)")
     p.add_argument("--layers", type=int, default=2, help="cost model: the graph layers you will train (default 2)")
     p.add_argument("--objective", default="cut", choices=["cut", "vol"],

@@ -55,7 +55,7 @@ class Loop:
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
                  progress: bool | str = True, lr_schedule: str = "none", epochs: int = 0, lr_step: int = 50,
                  lr_gamma: float = 0.5, early_stop: int = 0, keep_best: bool = False,
-                 memory_report: int | None = None):
+                 memory_report: int | None = None, log_first: dict | None = None):
         self.model, self.task, self.ctx = model.to(ctx.device), task, ctx
         self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])  # rank 0's seed rules
         self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
@@ -73,6 +73,7 @@ class Loop:
         self.progress = resolve(progress) if ctx.is_main else "none"  # bar | lines | none (gnn_dist.progress)
         self.memory_report = memory_report  # the runtime's resident bytes before loading: report after one epoch
         self.reduce_s = 0.0  # this epoch's seconds in the gradient all-reduce: waiting for the slowest rank
+        self.log_first = dict(log_first or {})  # fields the run's first logged epoch carries (the cost model's)
         sync_parameters(self.model, ctx)
         if log_path:  # why the run ended, even if the launcher drops our stderr: any rank that fails first
             ctx.on_fail.append(lambda message: _append_error(Path(log_path), ctx.rank, message))
@@ -176,6 +177,8 @@ class Loop:
             sys.stderr.write(f"[gnn-dist] {line}\n")
 
     def _log(self, record: dict) -> None:
+        record.update(self.log_first)
+        self.log_first = {}
         self.history.append({k: v for k, v in record.items() if k != "halo"})
         if self.tensorboard is not None:
             self.tensorboard.write(record)
