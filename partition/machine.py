@@ -46,11 +46,14 @@ class Machine:
                               name=name or self.name))
 
 
-# Measured on the project's 2-core development box (AMD EPYC, torch 2.13 CPU) by `gnn-dist profile-machine`
-# (single-thread kernels, see docs/benchmarks.md "The cost model"); one rank per host with its own 1 Gbit/s
-# link. Fixed here so that a partition made anywhere is the same partition.
-DEFAULT = Machine(name="default", sparse_per_core=2.6e9, dense_per_core=33e9, elementwise_per_core=1.7e9, step_s=2e-3,
-                  cores_per_host=2, ranks_per_host=1, link_bytes_per_s=1e9 / 8, latency_s=100e-6)
+# Measured on the project's 2-core development box (AMD EPYC, torch 2.13 CPU), 2026-12-04: the per-core rates and
+# the step by `gnn-dist profile-machine` (one thread per kernel, nothing else running on purpose; the box is
+# shared, so +-30% from run to run), the link and latency by `scripts/netlab.py profile` with 4 ranks at
+# 1 Gbit/s (what gloo's all-to-alls get through tc's 1 Gbit/s: 0.63 Gbit/s). One rank per host with 2 cores
+# and its own link. Fixed here so that a partition made anywhere is the same partition.
+DEFAULT = Machine(name="default", sparse_per_core=2.05e9, dense_per_core=33.0e9, elementwise_per_core=0.92e9,
+                  step_s=1.04e-3, cores_per_host=2, ranks_per_host=1, link_bytes_per_s=0.63e9 / 8,
+                  latency_s=646e-6)
 
 
 def from_dict(data: object, source: str) -> Machine:
