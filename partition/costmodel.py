@@ -9,7 +9,8 @@ flops, elementwise values) and its wire bytes per exchange, then prices them wit
   step's fixed cost (Python, autograd, optimiser) on one thread;
 - wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, and the gradients'
   all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
-  only the unhidden rest counts;
+  only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes
+  `link_burst_bytes` of an epoch at line speed, the bucket refilling between epochs;
 - ranks sharing a host share its cores: an epoch takes at least the host's total work over its cores,
   plus the wire time every rank pays (the all-to-alls are meetings: while all wait, no core computes).
 
@@ -119,12 +120,10 @@ def _wire(part: Mapping, plan: Sequence[Layer], machine: Machine, peers: int, hi
     if peers == 0:
         return 0.0
     recv, sent = float(part["halo"]), float(part.get("sent", part["halo"]))
-    total = machine.latency_s * peers  # the gradients' all-reduce (a few KB)
-    for layer in plan:
-        if not layer.exchanges:
-            continue
-        one = machine.latency_s * peers + max(recv, sent) * layer.width * BYTES_PER_VALUE / machine.link_bytes_per_s
-        total += layer.exchanges * one
+    exchanges = sum(la.exchanges for la in plan) + 1  # and the gradients' all-reduce (a few KB)
+    nbytes = sum(la.exchanges * max(recv, sent) * la.width * BYTES_PER_VALUE for la in plan)
+    # a shaped link passes its burst at line speed; the bucket refills between epochs
+    total = machine.latency_s * peers * exchanges + max(0.0, nbytes - machine.link_burst_bytes) / machine.link_bytes_per_s
     return max(0.0, total - hidden_s)
 
 

@@ -28,6 +28,7 @@ class Machine:
     ranks_per_host: int  # ranks placed on one host (0: all ranks on one host)
     link_bytes_per_s: float  # each rank's link, per direction
     latency_s: float  # per message, so per peer and all-to-all
+    link_burst_bytes: float = 0.0  # token-bucket shaping (tc tbf, many clouds): bytes an epoch passes at line speed
 
     def describe(self) -> str:
         """One line: what the predictions assume."""
@@ -35,7 +36,8 @@ class Machine:
         return (f"machine '{self.name}': sparse {self.sparse_per_core / 1e9:.2f} G edge-columns/s, dense "
                 f"{self.dense_per_core / 1e9:.1f} GFLOP/s, elementwise {self.elementwise_per_core / 1e9:.2f} "
                 f"G values/s per core, step {self.step_s * 1e3:.1f} ms; {self.cores_per_host} cores per host, {hosts}; link "
-                f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us")
+                f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us"
+                + (f", burst {self.link_burst_bytes / 1024:.0f} KiB" if self.link_burst_bytes else ""))
 
     def with_link(self, bits_per_s: float, latency_s: float | None = None, ranks_per_host: int | None = None,
                   name: str | None = None) -> "Machine":
@@ -66,6 +68,8 @@ def from_dict(data: object, source: str) -> Machine:
         raise DataError(f"machine profile {source}: unknown field '{unknown[0]}' (fields: {', '.join(names)})")
     out = {}
     for f in fields(Machine):
+        if f.name == "link_burst_bytes" and f.name not in data:  # optional: most links shape no bursts
+            continue
         if f.name not in data:
             raise DataError(f"machine profile {source} lacks the field '{f.name}'")
         v = data[f.name]
@@ -78,7 +82,7 @@ def from_dict(data: object, source: str) -> Machine:
         if whole and (v != int(v) or v < (0 if f.name == "ranks_per_host" else 1)):
             raise DataError(f"machine profile {source}: '{f.name}' must be a whole number >= "
                             f"{0 if f.name == 'ranks_per_host' else 1}, got {v!r}")
-        zero_ok = f.name in ("latency_s", "step_s")
+        zero_ok = f.name in ("latency_s", "step_s", "link_burst_bytes")
         if not whole and (v < 0 if zero_ok else v <= 0):
             raise DataError(f"machine profile {source}: '{f.name}' must be {'>= 0' if zero_ok else '> 0'}, got {v!r}")
         out[f.name] = int(v) if whole else float(v)

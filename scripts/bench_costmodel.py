@@ -3,7 +3,7 @@
     python scripts/bench_costmodel.py run --where local --ranks 4 --dataset grid:width=300,height=300 \\
         --machine M.json --results R.jsonl          # mpiexec -n 4 on this host
     python scripts/bench_costmodel.py run --where lab --ranks 4 --rate 1gbit --dataset ... (root)
-    python scripts/bench_costmodel.py table R.jsonl
+    python scripts/bench_costmodel.py table R.jsonl [--repredict]
 
 `run` partitions the graph (the default partition, cached under --work), measures the machine profile
 the prediction uses (`gnn-dist profile-machine --link` among the same ranks, where they will train:
@@ -52,7 +52,7 @@ def measured(log: Path, warmup: int) -> dict:
 def run(a: argparse.Namespace) -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    slug = a.dataset.replace(":", "-").replace(",", "-").replace("=", "")
+    slug = slug_of(a.dataset)
     part = work / f"{slug}-{a.ranks}{'-' + a.balance if a.balance else ''}"
     if not (part / "partition.json").exists():
         flags = ["--balance", a.balance] if a.balance else []
@@ -67,14 +67,20 @@ def run(a: argparse.Namespace) -> None:
         netlab.down()
         netlab.up(a.ranks, a.rate, None)
     try:
-        launch(a.where, a.ranks, ["profile-machine", "--link", "--out", str(machine), "--name", tag], a.port)
+        if a.where == "lab":  # the lab's profile carries its links' burst too
+            import netlab
+
+            if netlab.profile(str(machine), a.port, tag) != 0:
+                raise SystemExit("bench_costmodel: profiling the lab failed")
+        else:
+            launch(a.where, a.ranks, ["profile-machine", "--link", "--out", str(machine), "--name", tag], a.port)
         launch(a.where, a.ranks, ["train", "--partition", str(part), "--epochs", str(a.epochs), "--eval-every", "0",
                                   "--hidden", str(a.hidden), "--log", str(log), "--machine", str(machine),
                                   "--progress", "none"], a.port + 1)
     finally:
         if a.where == "lab":
             netlab.down()
-    row = {"where": a.where, "ranks": a.ranks, "rate": a.rate if a.where == "lab" else "host",
+    row = {"where": a.where, "ranks": a.ranks, "rate": a.rate if a.where == "lab" else "host", "partition": str(part),
            "dataset": a.dataset, "balance": a.balance or "default", "hidden": a.hidden,
            "machine": json.loads(machine.read_text()), **measured(log, a.warmup)}
     with open(a.results, "a") as f:
@@ -83,8 +89,36 @@ def run(a: argparse.Namespace) -> None:
           f"({row['predicted_s'] / row['epoch_s']:.2f}x)", file=sys.stderr)
 
 
-def table(path: str) -> None:
+def repredict(row: dict, work_dir: str) -> dict:
+    """The current cost model's prediction for a measured row, from its partition and measured profile (the
+    measurement does not depend on the model, so a better model is checked against the same epochs). Lab
+    rows measured before profiles carried the links' burst get the lab's (a setting of netlab, not a fit)."""
+    import dataclasses
+
+    from partition.costmodel import Workload, parts_from_meta, predict
+    from partition.machine import from_dict
+    from partition.store import read_meta
+
+    part = row.get("partition") or str(Path(work_dir) / f"{slug_of(row['dataset'])}-{row['ranks']}")
+    meta = read_meta(part)
+    machine = from_dict(row["machine"], "row")
+    if row["where"] == "lab" and "link_burst_bytes" not in row["machine"]:
+        import netlab
+
+        machine = dataclasses.replace(machine, link_burst_bytes=float(netlab.BURST_BYTES))
+    pred = predict(parts_from_meta(meta), Workload(meta["num_features"], meta["num_classes"], row["hidden"]), machine)
+    return dict(row, predicted_s=pred.epoch_s, bottleneck=pred.bottleneck, busiest=pred.busiest)
+
+
+def slug_of(dataset: str) -> str:
+    return dataset.replace(":", "-").replace(",", "-").replace("=", "")
+
+
+def table(path: str, work_dir: str, again: bool) -> None:
     rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    if again:
+        sys.path.insert(0, str(ROOT))
+        rows = [repredict(r, work_dir) for r in rows]
     print("| where | ranks | link | graph | partition | measured epoch s | predicted s | predicted / measured | "
           "bottleneck (busiest rank) |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -111,8 +145,11 @@ def main() -> None:
     r.add_argument("--port", type=int, default=29600)
     t = sub.add_parser("table")
     t.add_argument("results")
+    t.add_argument("--repredict", action="store_true",
+                   help="predict each row again with the current cost model (its partition and measured profile)")
+    t.add_argument("--work", default="/tmp/gnn-costbench")
     a = ap.parse_args()
-    run(a) if a.cmd == "run" else table(a.results)
+    run(a) if a.cmd == "run" else table(a.results, a.work, a.repredict)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ STATE = Path("/run/gnn-dist-netlab.json")
 SUBNET = "10.77.0"
 SWITCH = "gdlsw"
 BRIDGE = "gdlbr"
+BURST_BYTES = 256 * 1024  # tbf's bucket ("256kb" to tc: kilobytes): what a link passes at line speed after a pause
 
 
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -42,7 +43,7 @@ def ns(name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
 def shape(namespace: str, dev: str, rate: str, delay: str | None) -> None:
     """tbf for the rate; netem (if the kernel has it) under it for the delay."""
     ns(namespace, "tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "tbf", "rate", rate,
-       "burst", "256kb", "latency", "50ms")
+       "burst", f"{BURST_BYTES // 1024}kb", "latency", "50ms")
     if delay:
         r = ns(namespace, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "netem", "delay", delay,
                check=False)
@@ -115,6 +116,23 @@ def run(cmd: list[str], port: int = 29400, timeout: float | None = None) -> int:
     return max(codes, key=abs)
 
 
+def profile(out: str, port: int = 29400, name: str | None = None) -> int:
+    """`gnn-dist profile-machine --link` as one rank per host: the lab's links as gloo's all-to-alls get through
+    them, and the cores every rank shares; then the links' burst (tbf's bucket), which no sustained
+    measurement shows. Run from the repository root."""
+    lab = json.loads(STATE.read_text()) if STATE.exists() else {}
+    name = name or f"lab-{lab.get('hosts')}x{lab.get('rate')}"
+    code = run([sys.executable, "-m", "gnn_dist", "profile-machine", "--link", "--out", out, "--name", name], port)
+    if code == 0:
+        import dataclasses
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from partition.machine import load, save
+
+        save(dataclasses.replace(load(out), link_burst_bytes=float(BURST_BYTES)), out)
+    return code
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -137,9 +155,7 @@ def main() -> None:
     elif a.cmd == "down":
         down()
     elif a.cmd == "profile":
-        lab = json.loads(STATE.read_text()) if STATE.exists() else {}
-        name = f"lab-{lab.get('hosts')}x{lab.get('rate')}"
-        sys.exit(run([sys.executable, "-m", "gnn_dist", "profile-machine", "--link", "--out", a.out, "--name", name]))
+        sys.exit(profile(a.out))
     else:
         cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
         sys.exit(run(cmd, a.port))
