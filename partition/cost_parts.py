@@ -44,23 +44,28 @@ def combined_weight(cost: np.ndarray) -> np.ndarray:
 def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.ndarray], work: Workload,
            machine: Machine) -> Choice:
     """`run(weights)` partitions with one weight column (None: node counts); returns the candidate whose
-    predicted epoch is least: node-balanced, cost-weighted, cost-weighted then swapped for even cost."""
+    predicted epoch is least: node-balanced, cost-weighted, and each swapped for even cost."""
     src, dst = graph.edge_index()
 
     def priced(parts: np.ndarray) -> Prediction:
         return predict(part_counts(src, dst, parts, num_parts), work, machine)
 
     cost = node_seconds(graph.in_degree(), work, machine)
-    plain = np.asarray(run(None), dtype=np.int32)
-    candidates = {"node counts": (plain, priced(plain))}
+    adj = undirected_adjacency(graph)
+
+    def consider(name: str, parts: np.ndarray) -> None:
+        """A candidate, then its cost swaps (which keep node counts) if they lower the predicted max."""
+        candidates[name] = (parts, priced(parts))
+        swapped = rebalance(adj, parts, cost[:, None], num_parts, tol=BALANCE_TOLERANCE).astype(np.int32)
+        swapped_pred = priced(swapped)
+        if swapped_pred.epoch_s < candidates[name][1].epoch_s:
+            candidates[f"{name} + swaps"] = (swapped, swapped_pred)
+
+    candidates: dict = {}
+    consider("node counts", np.asarray(run(None), dtype=np.int32))
     weighted = np.asarray(run(combined_weight(cost)), dtype=np.int32)
     if np.bincount(weighted, minlength=num_parts).min() > 0:
-        candidates["cost-weighted"] = (weighted, priced(weighted))
-        swapped = rebalance(undirected_adjacency(graph), weighted, cost[:, None], num_parts,
-                            tol=BALANCE_TOLERANCE).astype(np.int32)
-        swapped_pred = priced(swapped)
-        if swapped_pred.epoch_s < candidates["cost-weighted"][1].epoch_s:  # swaps kept only if the max falls
-            candidates["cost-weighted + swaps"] = (swapped, swapped_pred)
+        consider("cost-weighted", weighted)
     best = min(candidates, key=lambda k: candidates[k][1].epoch_s)
     name = best if candidates[best][1].epoch_s < MARGIN * candidates["node counts"][1].epoch_s else "node counts"
     parts, pred = candidates[name]
