@@ -53,12 +53,13 @@ def run(a: argparse.Namespace) -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     slug = slug_of(a.dataset)
-    part = work / f"{slug}-{a.ranks}{'-' + a.balance if a.balance else ''}"
+    variant = "".join(f"-{v}" for v in (a.balance, a.objective) if v)
+    part = work / f"{slug}-{a.ranks}{variant}"
     if not (part / "partition.json").exists():
-        flags = ["--balance", a.balance] if a.balance else []
+        flags = (["--balance", a.balance] if a.balance else []) + (["--objective", a.objective] if a.objective else [])
         subprocess.run([*GNN, "partition", "--dataset", a.dataset, "--parts", str(a.ranks), "--out", str(part),
                         "--progress", "none", "--force", *flags], cwd=ROOT, check=True)
-    tag = f"{a.where}{a.ranks}{'-' + a.rate if a.where == 'lab' else ''}-{slug}{'-' + a.balance if a.balance else ''}"
+    tag = f"{a.where}{a.ranks}{'-' + a.rate if a.where == 'lab' else ''}-{slug}{variant}"
     machine, log = work / f"machine-{tag}.json", work / f"{tag}.jsonl"
     log.unlink(missing_ok=True)
     if a.where == "lab":
@@ -81,7 +82,8 @@ def run(a: argparse.Namespace) -> None:
         if a.where == "lab":
             netlab.down()
     row = {"where": a.where, "ranks": a.ranks, "rate": a.rate if a.where == "lab" else "host", "partition": str(part),
-           "dataset": a.dataset, "balance": a.balance or "default", "hidden": a.hidden,
+           "dataset": a.dataset, "balance": (a.balance or "default") + (f" --objective {a.objective}" if a.objective else ""),
+           "hidden": a.hidden,
            "machine": json.loads(machine.read_text()), **measured(log, a.warmup)}
     with open(a.results, "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -137,6 +139,7 @@ def main() -> None:
     r.add_argument("--rate", default="1gbit", help="lab: tc rate per link and direction")
     r.add_argument("--dataset", required=True)
     r.add_argument("--balance", default="", help="partition's --balance (default: the cost model's choice)")
+    r.add_argument("--objective", default="", help="partition's --objective (default: the cost model's choice)")
     r.add_argument("--hidden", type=int, default=16)
     r.add_argument("--epochs", type=int, default=12)
     r.add_argument("--warmup", type=int, default=2, help="epochs left out of the mean (default 2)")
