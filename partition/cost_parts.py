@@ -12,7 +12,7 @@ model's error).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -31,7 +31,6 @@ MARGIN = 0.98  # another candidate replaces the node-balanced one only when pred
 class Choice:
     parts: np.ndarray
     name: str  # which candidate won
-    objective: str  # the partitioner's objective it was made with
     prediction: Prediction
     considered: dict  # candidate name -> predicted epoch seconds
 
@@ -42,11 +41,10 @@ def combined_weight(cost: np.ndarray) -> np.ndarray:
     return np.maximum(np.rint(WEIGHT_SCALE * (rel + 1.0) / 2.0), 1).astype(np.int64)
 
 
-def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None, str], np.ndarray], work: Workload,
-           machine: Machine, objectives: Sequence[str] = ("cut",)) -> Choice:
-    """`run(weights, objective)` partitions with one weight column (None: node counts); returns the candidate
-    whose predicted epoch is least: node-balanced and cost-weighted, under each objective, and each of those
-    swapped for even cost. The first objective's node-balanced partition is the one of before."""
+def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.ndarray], work: Workload,
+           machine: Machine) -> Choice:
+    """`run(weights)` partitions with one weight column (None: node counts); returns the candidate whose
+    predicted epoch is least: node-balanced, cost-weighted, and each swapped for even cost."""
     src, dst = graph.edge_index()
 
     def priced(parts: np.ndarray) -> Prediction:
@@ -54,23 +52,21 @@ def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None, str],
 
     cost = node_seconds(graph.in_degree(), work, machine)
     adj = undirected_adjacency(graph)
-    candidates: dict = {}
 
-    def consider(name: str, objective: str, parts: np.ndarray) -> None:
+    def consider(name: str, parts: np.ndarray) -> None:
         """A candidate, then its cost swaps (which keep node counts) if they lower the predicted max."""
-        candidates[name] = (parts, priced(parts), objective)
+        candidates[name] = (parts, priced(parts))
         swapped = rebalance(adj, parts, cost[:, None], num_parts, tol=BALANCE_TOLERANCE).astype(np.int32)
         swapped_pred = priced(swapped)
         if swapped_pred.epoch_s < candidates[name][1].epoch_s:
-            candidates[f"{name} + swaps"] = (swapped, swapped_pred, objective)
+            candidates[f"{name} + swaps"] = (swapped, swapped_pred)
 
-    for objective in objectives:
-        tag = "" if objective == objectives[0] else f" ({objective} objective)"
-        consider(f"node counts{tag}", objective, np.asarray(run(None, objective), dtype=np.int32))
-        weighted = np.asarray(run(combined_weight(cost), objective), dtype=np.int32)
-        if np.bincount(weighted, minlength=num_parts).min() > 0:
-            consider(f"cost-weighted{tag}", objective, weighted)
+    candidates: dict = {}
+    consider("node counts", np.asarray(run(None), dtype=np.int32))
+    weighted = np.asarray(run(combined_weight(cost)), dtype=np.int32)
+    if np.bincount(weighted, minlength=num_parts).min() > 0:
+        consider("cost-weighted", weighted)
     best = min(candidates, key=lambda k: candidates[k][1].epoch_s)
     name = best if candidates[best][1].epoch_s < MARGIN * candidates["node counts"][1].epoch_s else "node counts"
-    parts, pred, objective = candidates[name]
-    return Choice(parts, name, objective, pred, {k: v[1].epoch_s for k, v in candidates.items()})
+    parts, pred = candidates[name]
+    return Choice(parts, name, pred, {k: v[1].epoch_s for k, v in candidates.items()})

@@ -107,8 +107,8 @@ def test_profiles_round_trip_and_bad_ones_fail_in_one_line(tmp_path):
 def test_default_partition_never_predicts_slower(rmat):
     work = Workload(features=rmat.num_features, classes=rmat.num_classes)
 
-    def run(weights, objective):
-        return assign_parts(rmat, 4, "metis", objective=objective, vweights=None if weights is None else weights[:, None])
+    def run(weights):
+        return assign_parts(rmat, 4, "metis", vweights=None if weights is None else weights[:, None])
 
     choice = choose(rmat, 4, run, work, DEFAULT)
     assert choice.prediction.epoch_s <= choice.considered["node counts"] + 1e-12
@@ -116,9 +116,8 @@ def test_default_partition_never_predicts_slower(rmat):
     assert choice.considered["node counts"] > 1.05 * choice.prediction.epoch_s, choice.considered
     assert np.bincount(choice.parts, minlength=4).max() <= NODE_BOUND * rmat.num_nodes / 4
     mesh = load_dataset("grid:width=60,height=50")
-    mesh_choice = choose(mesh, 4, lambda w, o: assign_parts(mesh, 4, "metis", objective=o,
-                                                            vweights=None if w is None else w[:, None]),
-                         Workload(features=mesh.num_features, classes=mesh.num_classes), DEFAULT, ("cut", "vol"))
+    mesh_choice = choose(mesh, 4, lambda w: assign_parts(mesh, 4, "metis", vweights=None if w is None else w[:, None]),
+                         Workload(features=mesh.num_features, classes=mesh.num_classes), DEFAULT)
     assert mesh_choice.name == "node counts"  # even degrees: nothing to gain, the partition of before stays
 
 
@@ -128,12 +127,6 @@ def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "busiest rank" in r.stdout and "bottleneck" in r.stdout
     assert "the shipped default profile" in r.stderr and "predicted epoch by candidate" in r.stderr
-    assert "node counts (vol objective)" in r.stderr  # without --objective, the volume objective is a candidate
-    meta = json.loads((tmp_path / "p" / "partition.json").read_text())
-    assert meta["objective"] == ("vol" if "(vol objective)" in meta["chosen_by_cost"] else "cut")
-    r = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "3", "--objective", "cut",
-                "--out", str(tmp_path / "c"))
-    assert r.returncode == 0 and "vol objective" not in r.stderr, r.stderr
     (tmp_path / "bad.json").write_text(json.dumps({"name": "x"}))
     one_error_line(run_cli("partition", "--dataset", "cora", "--parts", "2", "--out", str(tmp_path / "q"),
                            "--machine", str(tmp_path / "bad.json")), "lacks the field", strict=False)

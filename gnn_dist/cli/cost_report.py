@@ -95,20 +95,16 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
     from partition import assign_parts
     from partition.cost_parts import choose
 
-    def run(weights, objective: str):
-        return assign_parts(graph, args.parts, args.method, **dict(
-            kwargs, objective=objective, vweights=None if weights is None else weights[:, None]))
+    def run(weights):
+        if weights is None:
+            return assign_parts(graph, args.parts, args.method, **kwargs)
+        return assign_parts(graph, args.parts, args.method, **dict(kwargs, vweights=weights[:, None]))
 
-    # without --objective, metis and mtkahypar try the volume objective too
-    objectives = ("cut", "vol") if args.objective is None and args.method in ("metis", "mtkahypar") else \
-        (kwargs.get("objective", "cut"),)
-    choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile, objectives)
+    choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile)
     log("cost model: predicted epoch by candidate: "
         + ", ".join(f"{k} {v:.4f} s" for k, v in choice.considered.items())
         + f"; chose {choice.name} (--balance nodes keeps node counts only)")
     args.cost_choice = choice.name
-    if "objective" in kwargs:
-        kwargs["objective"] = choice.objective  # partition.json records the one used
     return choice.parts
 
 
