@@ -2,6 +2,7 @@
 
     sudo python scripts/netlab.py up --hosts 4 --rate 1gbit [--delay 1ms]
     sudo python scripts/netlab.py run -- python -m gnn_dist train --partition out/g-4 ...
+    sudo python scripts/netlab.py profile --out lab.json   # the cost model's profile of the lab's links
     sudo python scripts/netlab.py down
 
 Each host namespace `gdlK` has one veth (`gdlKh`, address 10.77.0.K+1/24)
@@ -25,6 +26,7 @@ STATE = Path("/run/gnn-dist-netlab.json")
 SUBNET = "10.77.0"
 SWITCH = "gdlsw"
 BRIDGE = "gdlbr"
+BURST_BYTES = 256 * 1024  # tbf's bucket ("256kb" to tc: kilobytes): what a link passes at line speed after a pause
 
 
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -41,7 +43,7 @@ def ns(name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
 def shape(namespace: str, dev: str, rate: str, delay: str | None) -> None:
     """tbf for the rate; netem (if the kernel has it) under it for the delay."""
     ns(namespace, "tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "tbf", "rate", rate,
-       "burst", "256kb", "latency", "50ms")
+       "burst", f"{BURST_BYTES // 1024}kb", "latency", "50ms")
     if delay:
         r = ns(namespace, "tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "netem", "delay", delay,
                check=False)
@@ -114,6 +116,23 @@ def run(cmd: list[str], port: int = 29400, timeout: float | None = None) -> int:
     return max(codes, key=abs)
 
 
+def profile(out: str, port: int = 29400, name: str | None = None) -> int:
+    """`gnn-dist profile-machine --link` as one rank per host: the lab's links as gloo's all-to-alls get through
+    them, and the cores every rank shares; then the links' burst (tbf's bucket), which no sustained
+    measurement shows. Run from the repository root."""
+    lab = json.loads(STATE.read_text()) if STATE.exists() else {}
+    name = name or f"lab-{lab.get('hosts')}x{lab.get('rate')}"
+    code = run([sys.executable, "-m", "gnn_dist", "profile-machine", "--link", "--out", out, "--name", name], port)
+    if code == 0:
+        import dataclasses
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from partition.machine import load, save
+
+        save(dataclasses.replace(load(out), link_burst_bytes=float(BURST_BYTES)), out)
+    return code
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -124,6 +143,9 @@ def main() -> None:
     r = sub.add_parser("run", help="run COMMAND as ranks 0..P-1, one per host namespace")
     r.add_argument("--port", type=int, default=29400)
     r.add_argument("command", nargs=argparse.REMAINDER)
+    pr = sub.add_parser("profile", help="measure the lab's links (and cores) into a machine profile for the cost "
+                                        "model: `gnn-dist profile-machine --link` run as one rank per host")
+    pr.add_argument("--out", required=True, help="the JSON profile to write")
     sub.add_parser("down", help="remove everything `up` made")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -132,6 +154,8 @@ def main() -> None:
         up(a.hosts, a.rate, a.delay)
     elif a.cmd == "down":
         down()
+    elif a.cmd == "profile":
+        sys.exit(profile(a.out))
     else:
         cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
         sys.exit(run(cmd, a.port))

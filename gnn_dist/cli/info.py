@@ -104,8 +104,6 @@ def summarise_run(path: str) -> str:
     import json
     from pathlib import Path
 
-
-
     f = Path(path)
     if not f.is_file():
         raise DataError(f"training log {f} does not exist")
@@ -114,6 +112,7 @@ def summarise_run(path: str) -> str:
     except json.JSONDecodeError as e:
         raise DataError(f"training log {f} is not JSON lines: {e}") from None
     errors = [r["error"] for r in records if "error" in r]
+    predictions = [r["prediction"] for r in records if "prediction" in r]
     records = [r for r in records if "epoch_time" in r]
     if not records:
         raise DataError(f"training log {f} has no epochs" + (f" (it ended with: {errors[-1]})" if errors else ""))
@@ -124,6 +123,9 @@ def summarise_run(path: str) -> str:
              + "".join(f", {k} {last[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in last)]
     if errors:
         lines.append(f"the run failed: {errors[-1]}")
+    from gnn_dist.cli.cost_report import measured_against_predicted
+
+    lines += measured_against_predicted(records, predictions[-1] if predictions else None)
     channels: dict = {}
     for r in records:
         for name, c in r.get("halo", {}).items():

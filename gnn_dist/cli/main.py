@@ -20,11 +20,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gnn_dist.cli import assign, datasets_cmd, info, partition_cmd, predict, train
+    from gnn_dist.cli import assign, datasets_cmd, info, partition_cmd, predict, profile_machine, train
 
     parser = _Parser(prog="gnn-dist", description="Distributed full-graph GNN training with cheap halo exchange.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in (partition_cmd, assign, train, predict, info, datasets_cmd):
+    for module in (partition_cmd, assign, train, predict, info, datasets_cmd, profile_machine):
         module.add_parser(sub)
     return parser
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from gnn_dist import progress
+from gnn_dist.cli import cost_report
 from partition.dynamic import Snapshots
 from partition.errors import DataError, UsageError
 from partition.methods import BALANCE_KEYS, WEIGHTED, constraint_balance
@@ -41,7 +42,12 @@ def add_parser(sub) -> None:
                    help="after any method, move nodes so that the busiest part sends and receives fewer rows per "
                         "layer (the epoch waits for it), node counts within 3%% of the mean or the method's own")
     p.add_argument("--balance", default="",
-                   help="extra balance constraints for metis, mtkahypar and kahip, comma separated: train,degree")
+                   help="metis, mtkahypar and kahip: by default the partition whose predicted slowest rank is "
+                        "fastest (the cost model, --machine), node counts within 2x the mean; or balance these, "
+                        "comma separated: nodes (node counts only), train, degree")
+    cost_report.add_machine_flag(p, "the cost model's choice of the default partition and its prediction")
+    p.add_argument("--hidden", type=int, default=16, help="cost model: the hidden width you will train (default 16)")
+    p.add_argument("--layers", type=int, default=2, help="cost model: the graph layers you will train (default 2)")
     p.add_argument("--objective", default="cut", choices=["cut", "vol"],
                    help="metis and mtkahypar: edge cut, or communication volume (mtkahypar: exactly the halo rows, "
                         "as hypergraph connectivity of each node's out-neighbourhood) (default cut)")
@@ -123,8 +129,12 @@ def run(args: argparse.Namespace) -> int:
         raise DataError(f"assignment {args.assignment} does not exist")
     balance = tuple(b for b in args.balance.split(",") if b)
     for key in balance:  # before loading: a typo should not cost the load
-        if key not in BALANCE_KEYS:
-            raise UsageError(f"unknown balance key '{key}' (choose from {', '.join(BALANCE_KEYS)})")
+        if key not in BALANCE_KEYS + ("nodes",):
+            raise UsageError(f"unknown balance key '{key}' (choose from nodes, {', '.join(BALANCE_KEYS)})")
+    args.by_cost = not balance  # the default: the cost model's choice (--balance nodes: node counts only)
+    balance = tuple(b for b in balance if b != "nodes")
+    cost_report.check_workload(args)
+    args.machine_profile = cost_report.load_machine(args.machine)  # a bad profile fails before the load too
     method_options(args)  # a flag the method does not take fails before the load too
     t0 = time.perf_counter()
     log(f"loading {args.dataset}")
@@ -159,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
                               root_files=root_files(graph, links))
     bar.close()
     print(format_stats(written["stats"], written["parts"]))
-    report_constraints(meta["constraints"], balance)
+    report_constraints(meta["constraints"], balance, getattr(args, "cost_choice", "node counts") != "node counts")
+    print(cost_report.predicted(args, graph, written))
     log(f"wrote {out} (assign {t_assign:.1f}s, total {time.perf_counter() - t0:.1f}s)")
     return 0
 
@@ -176,6 +187,7 @@ def static_meta(args: argparse.Namespace, graph, parts, kwargs: dict, balance: t
         "node_types": None, "edge_types": None, "link_split": args.link_split,
         "relabelled": graph.original_ids is not None,
         "constraints": constraint_balance(graph, parts, args.parts, balance),
+        "chosen_by_cost": getattr(args, "cost_choice", None),
     }
 
 
@@ -224,7 +236,10 @@ def assign(args: argparse.Namespace, graph, balance: tuple):
         parts = read_assignment(args.assignment, graph.num_nodes, args.parts)
     else:
         log(f"assigning {args.parts} parts with {args.method}")
-        parts = assign_parts(graph, args.parts, args.method, **kwargs)
+        if args.method in WEIGHTED and args.by_cost:
+            parts = cost_report.default_parts(args, graph, kwargs)
+        else:
+            parts = assign_parts(graph, args.parts, args.method, **kwargs)
     if args.refine:
         parts = refine(graph, parts, args.parts)
     return parts, kwargs
@@ -243,12 +258,16 @@ def refine(graph, parts, num_parts: int):
     return parts
 
 
-def report_constraints(constraints: dict, balance) -> None:
-    """Each balance constraint as measured; a warning naming any that missed the tolerance, and by how much."""
+def report_constraints(constraints: dict, balance, by_cost: bool = False) -> None:
+    """Each balance constraint as measured; a warning naming any that missed the tolerance, and by how much.
+    A partition weighted by cost (`by_cost`) promises node counts within NODE_BOUND x the mean instead."""
+    from partition.cost_parts import NODE_BOUND
     from partition.methods import unmet
 
     if balance:
         print("balance constraints (max / mean): " + " | ".join(f"{k} {v:.3f}" for k, v in constraints.items()))
+    if by_cost:
+        constraints = {k: v for k, v in constraints.items() if k != "nodes" or v > NODE_BOUND}
     missed = unmet(constraints)
     if missed:
         log("warning: balance not met: " + "; ".join(missed))

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from gnn_dist import progress
+from gnn_dist.cli import cost_report
 from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config, stale_flags
 from partition.errors import GnnDistError, MissingExtraError, UsageError
 
@@ -51,6 +52,7 @@ def add_parser(sub) -> None:
                    help="send the input features' halo every epoch instead of once (input dropout is keyed by "
                         "node id either way, so results are identical; for measuring)")
     p.add_argument("--no-overlap", action="store_true", help="wait for halo rows before any aggregation")
+    cost_report.add_machine_flag(p, "the cost model's prediction of the epoch, written to --log")
     add_loop_flags(p)
     add_dynamic_flags(p)
     add_launch_flags(p)
@@ -168,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     meta = read_meta(args.partition)  # before any network: a bad directory fails fast on every rank
     kind = check_partition_kind(args, meta)
+    args.machine_profile = cost_report.read_profile(args.machine)  # a bad one fails on every rank, before any network
     import torch
 
     from gnn_dist.runtime.launch import init
@@ -183,8 +186,10 @@ def run(args: argparse.Namespace) -> int:
     model, make_trainer, summary = setup(args, ctx, meta)
 
     def fit() -> tuple[dict, list]:
+        from gnn_dist.train import tblog
+
         trainer = make_trainer()
-        trainer.tensorboard = tensorboard(args, ctx)
+        trainer.tensorboard = tblog.for_rank(args.tensorboard, ctx.is_main)
         return trainer.fit(args.epochs, resume=args.resume), trainer.history
 
     return fit_and_report(ctx, args, model, fit, summary)
@@ -270,7 +275,8 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
             f"test auc {f['test_auc']:.4f}" + best(f))
     from gnn_dist.train.node import Trainer
 
-    return model, lambda: Trainer(model, graph, ctx, meta.get("metric"), **loop_options(args)), lambda f: (
+    first = cost_report.prediction(args, ctx, meta, graph.num_classes)  # the cost model's, in the first record
+    return model, lambda: Trainer(model, graph, ctx, meta.get("metric"), **loop_options(args), log_first=first), lambda f: (
         f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | "
         + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in f.items() if k.endswith(("_acc", "_f1", "_rocauc")))
         + best(f))
@@ -337,14 +343,6 @@ def build_user_or_builtin(args: argparse.Namespace, ctx, graph, meta: dict, num_
         sys.stderr.write(f"[gnn-dist] note: {what} no features: a learnable {dim}-wide input row per node, held by its "
                          f"owner (--embedding-dim)\n")
     return model
-
-
-def tensorboard(args: argparse.Namespace, ctx):
-    if not args.tensorboard or not ctx.is_main:
-        return None
-    from gnn_dist.train.tblog import TensorBoardLog
-
-    return TensorBoardLog(args.tensorboard)
 
 
 def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:

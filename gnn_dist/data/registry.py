@@ -12,7 +12,8 @@ from partition.errors import DataError, UsageError
 from partition.graph import Graph
 from partition.typed import TypedGraph
 
-GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw, "rmat": synthetic.rmat}
+GENERATORS: dict[str, Callable[..., Graph]] = {"sbm": synthetic.sbm, "powerlaw": synthetic.powerlaw, "rmat": synthetic.rmat,
+                                               "grid": synthetic.grid}
 DYNAMIC = tuple(dynamic.NAMED)
 # Every form a --dataset may take: (form, kind of graph, what it needs on disk, what it is). `gnn-dist datasets`
 # prints this; docs/datasets.md describes each form (a test keeps the two in step).
@@ -34,6 +35,8 @@ CATALOGUE = (
     ("sbm:key=value,...", "static", "nothing (seeded)", "stochastic block model with class-correlated features"),
     ("powerlaw:key=value,...", "static", "nothing (seeded)", "Chung-Lu power-law graph"),
     ("rmat:key=value,...", "static", "nothing (seeded)", "R-MAT graph, 2^scale nodes, skewed degrees"),
+    ("grid:key=value,...", "static", "nothing (seeded)",
+     "2-D or 3-D lattice (a mesh), classes in bands, ids optionally shuffled"),
     ("hfile:<path.npz>[?split=..&val=..&seed=..&target=..]", "typed", "the .npz file",
      "your typed graph: x:<type>, edge_index:<src:rel:dst>, target, y"),
     ("hsbm:key=value,...", "typed", "nothing (seeded)", "typed SBM: papers (target), authors, venues"),

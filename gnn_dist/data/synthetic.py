@@ -114,3 +114,40 @@ def rmat(scale: int = 16, edges: int = 500_000, a: float = 0.57, b: float = 0.19
     x = _class_features(y, classes, features, signal, rng)
     return Graph.from_edges(s, t, n, x, y, *_masks(n, rng, train, val, test), name=f"rmat-{scale}",
                             num_classes=classes)
+
+
+def grid(width: int = 100, height: int = 100, depth: int = 1, classes: int = 8, features: int = 16,
+         signal: float = 0.3, shuffle: int = 0, train: float = 0.1, val: float = 0.1, test: float = 0.8,
+         seed: int = 0) -> Graph:
+    """A 2-D (depth 1) or 3-D lattice, each point joined to its axis neighbours: a mesh, where every node has
+    the same degree (4 or 6 inside), so node counts and work agree and METIS finds short boundaries.
+
+    Classes are bands along the first axis, so labels follow locality as a simulation's fields would.
+    Ids run along the first axis unless `shuffle=1`, which permutes them (contiguous ranges then stop
+    following locality; the graph is the same).
+    """
+    if min(width, height, depth) < 1 or width * height * depth < 2 or classes < 1 or features < 1:
+        raise DataError("grid needs width, height, depth >= 1 (at least 2 points), classes >= 1, features >= 1")
+    if shuffle not in (0, 1):
+        raise DataError(f"grid: shuffle must be 0 or 1, got {shuffle}")
+    rng = np.random.default_rng(seed)
+    shape = (width, height, depth)
+    n = width * height * depth
+    ids = np.arange(n, dtype=np.int64).reshape(shape, order="F")  # the first axis varies fastest
+    src, dst = [], []
+    for axis in range(3):
+        lo = [slice(None)] * 3
+        hi = [slice(None)] * 3
+        lo[axis], hi[axis] = slice(0, -1), slice(1, None)
+        src.append(ids[tuple(lo)].ravel())
+        dst.append(ids[tuple(hi)].ravel())
+    s, d = np.concatenate(src), np.concatenate(dst)
+    perm = rng.permutation(n) if shuffle else np.arange(n, dtype=np.int64)
+    s, d = _undirected(perm[s], perm[d], n)
+    band = (np.arange(n) % width) * min(classes, width) // width  # class by position along the first axis
+    y = np.empty(n, np.int64)
+    y[perm] = band
+    x = _class_features(y, classes, features, signal, rng)
+    kind = "2d" if depth == 1 else "3d"
+    return Graph.from_edges(s, d, n, x, y, *_masks(n, rng, train, val, test), name=f"grid-{kind}-{n}",
+                            num_classes=classes)

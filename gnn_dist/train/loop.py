@@ -24,7 +24,7 @@ import torch
 
 from gnn_dist.progress import Progress, resolve
 from gnn_dist.runtime import streams
-from gnn_dist.runtime.collectives import broadcast, count_sum, sum_gradients, sync_parameters
+from gnn_dist.runtime.collectives import all_sum, broadcast, count_sum, sum_gradients, sync_parameters
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train import checkpoint
 from gnn_dist.train.optim import make_optimizer, make_schedule
@@ -55,7 +55,7 @@ class Loop:
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
                  progress: bool | str = True, lr_schedule: str = "none", epochs: int = 0, lr_step: int = 50,
                  lr_gamma: float = 0.5, early_stop: int = 0, keep_best: bool = False,
-                 memory_report: int | None = None):
+                 memory_report: int | None = None, log_first: dict | None = None):
         self.model, self.task, self.ctx = model.to(ctx.device), task, ctx
         self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])  # rank 0's seed rules
         self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
@@ -72,6 +72,8 @@ class Loop:
         self.checkpoint_every, self.eval_every = checkpoint_every, eval_every
         self.progress = resolve(progress) if ctx.is_main else "none"  # bar | lines | none (gnn_dist.progress)
         self.memory_report = memory_report  # the runtime's resident bytes before loading: report after one epoch
+        self.reduce_s = 0.0  # this epoch's seconds in the gradient all-reduce: waiting for the slowest rank
+        self.log_first = dict(log_first or {})  # fields the run's first logged epoch carries (the cost model's)
         sync_parameters(self.model, ctx)
         if log_path:  # why the run ended, even if the launcher drops our stderr: any rank that fails first
             ctx.on_fail.append(lambda message: _append_error(Path(log_path), ctx.rank, message))
@@ -88,7 +90,9 @@ class Loop:
         """Backpropagate loss_sum / count, sum gradients over ranks, step; the loss sum over all ranks."""
         self.opt.zero_grad(set_to_none=False)
         (loss_sum / count).backward()
+        t = time.perf_counter()
         total = sum_gradients(self.model, self.ctx, loss_sum)
+        self.reduce_s += time.perf_counter() - t
         self.opt.step()
         return float(total[0])
 
@@ -120,10 +124,11 @@ class Loop:
         bar = Progress(epochs, "train", "epochs", self.progress, initial=start)
         record: dict = {}
         for epoch in range(start, epochs):
-            t0 = time.perf_counter()
+            t0, self.reduce_s = time.perf_counter(), 0.0
             loss = self.train_epoch(epoch)
             dt = time.perf_counter() - t0
             record = {"epoch": epoch, "loss": loss, "epoch_time": dt, **self.task.epoch_record()}
+            record.update(rank_times(dt, self.reduce_s, record.get("halo", {}), self.ctx))
             if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
                 t0 = time.perf_counter()
                 record.update(self.task.evaluate())
@@ -171,6 +176,8 @@ class Loop:
             sys.stderr.write(f"[gnn-dist] {line}\n")
 
     def _log(self, record: dict) -> None:
+        record.update(self.log_first)
+        self.log_first = {}
         self.history.append({k: v for k, v in record.items() if k != "halo"})
         if self.tensorboard is not None:
             self.tensorboard.write(record)
@@ -239,6 +246,20 @@ class Loop:
                       f"state starts afresh ({why or 'another rank: its halo plan differs'})")
             return
         ex.load_state_dict(mine)
+
+
+def rank_times(epoch_s: float, reduce_s: float, halo: dict, ctx: DistContext) -> dict:
+    """Every rank's compute and wait seconds of this epoch, gathered in one small all-reduce.
+
+    Wait is time blocked on others: the halo all-to-alls of training (their channels' `wait_s`) and the
+    gradient all-reduce, where a rank waits for the slowest; compute is the rest of the rank's epoch.
+    """
+    wait = reduce_s + sum(c.get("wait_s", 0.0) for name, c in halo.items() if not name.endswith("eval"))
+    table = torch.zeros(ctx.world_size, 2, dtype=torch.float64)
+    table[ctx.rank] = torch.tensor([epoch_s - wait, wait], dtype=torch.float64)
+    table = all_sum(table, ctx)
+    return {"rank_compute_s": [round(v, 6) for v in table[:, 0].tolist()],
+            "rank_wait_s": [round(v, 6) for v in table[:, 1].tolist()]}
 
 
 def _append_error(log: Path, rank: int, message: str) -> None:

@@ -21,3 +21,8 @@ class TensorBoardLog:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def for_rank(folder: str | None, is_main: bool) -> TensorBoardLog | None:
+    """Rank 0's TensorBoard log where one is asked for (`--tensorboard DIR`); None on every other rank."""
+    return TensorBoardLog(folder) if folder and is_main else None

@@ -1,0 +1,118 @@
+"""The cost model beside the commands: partition's choice and prediction, the prediction a training log
+carries, and `info --run`'s table of predicted against measured seconds per rank."""
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from partition.errors import UsageError
+
+
+def add_machine_flag(p, what: str) -> None:
+    """`--machine FILE`, the one definition `partition` and `train` share."""
+    p.add_argument("--machine", default=None, metavar="FILE",
+                   help=f"machine profile (`gnn-dist profile-machine`) for {what} (default: the profile shipped "
+                        f"with gnn-dist, so the default partition is the same on every machine)")
+
+
+def read_profile(path: str | None):
+    """The profile in `path` (one line naming what is wrong with it), or the shipped default."""
+    from partition import machine
+
+    return machine.load(path)
+
+
+def prediction(args: argparse.Namespace, ctx, meta: dict, classes: int) -> dict | None:
+    """On rank 0 with --log, the cost model's prediction of this run's epoch, for the first logged epoch
+    (`gnn-dist info --run` shows it beside the measured ones), where the model prices what runs: built-in
+    GCN layers on a static graph, exact fp32 halo rows, the input cache on; None elsewhere."""
+    if not (args.log and ctx.is_main and args.model == "gcn" and "stats" in meta and meta.get("format_version") == 1
+            and args.codec == "fp32" and not args.staleness and not args.skip_threshold and not args.no_input_cache):
+        return None
+    from partition import costmodel
+
+    profile = args.machine_profile
+    work = costmodel.Workload(features=meta["num_features"], classes=classes, hidden=args.hidden,
+                              layers=args.layers or 2, overlap=not args.no_overlap)
+    pred = costmodel.predict(costmodel.parts_from_meta(meta), work, profile)
+    return costmodel.prediction_record(pred, profile, work)
+
+
+def _mean(rows: Sequence[Sequence[float]]) -> list[float]:
+    return [sum(col) / len(col) for col in zip(*rows)]
+
+
+def measured_against_predicted(records: list[dict], prediction: dict | None, skip: int = 1) -> list[str]:
+    """Per rank, the mean measured compute and wait (epochs after the first `skip`, which pays one-off
+    costs, where there are more) beside the prediction's compute and unhidden wire, and the epoch's."""
+    timed = [r for r in records if "rank_compute_s" in r]
+    if not timed:
+        return []
+    if len(timed) > skip:
+        timed = timed[skip:]
+    compute, wait = _mean([r["rank_compute_s"] for r in timed]), _mean([r["rank_wait_s"] for r in timed])
+    epoch = sum(r["epoch_time"] for r in timed) / len(timed)
+    lines = [f"per rank, mean of {len(timed)} epochs"
+             + (f" against the cost model (machine '{prediction['machine']}')" if prediction else "") + ":",
+             f"{'rank':>4} {'compute s':>10} {'wait s':>10}" + (f" {'pred compute':>12} {'pred wire':>10}"
+                                                               if prediction else "")]
+    for k, (c, w) in enumerate(zip(compute, wait)):
+        line = f"{k:>4} {c:>10.4f} {w:>10.4f}"
+        if prediction and k < len(prediction["rank_compute_s"]):
+            line += f" {prediction['rank_compute_s'][k]:>12.4f} {prediction['rank_wire_s'][k]:>10.4f}"
+        lines.append(line)
+    if prediction:
+        lines.append(f"epoch: measured {epoch:.4f} s, predicted {prediction['epoch_s']:.4f} s "
+                     f"({prediction['epoch_s'] / epoch:.2f}x; busiest rank {prediction['busiest']}, bottleneck "
+                     f"{prediction['bottleneck']})")
+    return lines
+
+
+def load_machine(path: str | None):
+    """The profile in `path`, or the shipped default; says which on stderr."""
+    from gnn_dist.cli.partition_cmd import log
+
+    profile = read_profile(path)
+    log(f"cost model: {profile.describe()}" + (f" (from {path})" if path else " (the shipped default profile)"))
+    return profile
+
+
+def check_workload(args: argparse.Namespace) -> None:
+    if args.hidden < 1 or args.layers < 1:
+        raise UsageError(f"--hidden and --layers must be >= 1, got {args.hidden} and {args.layers}")
+
+
+def workload(args: argparse.Namespace, graph):
+    from partition.costmodel import Workload
+
+    return Workload(features=graph.num_features, classes=graph.num_classes, hidden=args.hidden, layers=args.layers)
+
+
+def default_parts(args: argparse.Namespace, graph, kwargs: dict):
+    """The weighted method's partition whose predicted slowest rank is fastest (partition.cost_parts), with
+    the candidates' predicted epochs in one line."""
+    from gnn_dist.cli.partition_cmd import log
+    from partition import assign_parts
+    from partition.cost_parts import choose
+
+    def run(weights):
+        if weights is None:
+            return assign_parts(graph, args.parts, args.method, **kwargs)
+        return assign_parts(graph, args.parts, args.method, **dict(kwargs, vweights=weights[:, None]))
+
+    choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile)
+    log("cost model: predicted epoch by candidate: "
+        + ", ".join(f"{k} {v:.4f} s" for k, v in choice.considered.items())
+        + f"; chose {choice.name} (--balance nodes keeps node counts only)")
+    args.cost_choice = choice.name
+    return choice.parts
+
+
+def predicted(args: argparse.Namespace, graph, written: dict) -> str:
+    """The written partition's predicted epoch: the busiest rank and its bottleneck, then each rank's figures."""
+    from partition.costmodel import format_ranks, parts_from_meta, predict
+
+    pred = predict(parts_from_meta(written), workload(args, graph), args.machine_profile)
+    text = (f"cost model (GCN, hidden {args.hidden}, {args.layers} layers, machine "
+            f"'{args.machine_profile.name}'): {pred.summary()}")
+    return text + ("\n" + format_ranks(pred) if args.parts <= 32 else "")

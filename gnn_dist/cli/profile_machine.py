@@ -1,0 +1,219 @@
+"""`gnn-dist profile-machine`: measure this host's rates for the cost model and write a machine profile.
+
+Each rate is timed on one thread with the kernels training uses (the sparse product is gnn_dist's CSR
+product, the dense ones torch's), at sizes like a layer's; the link is this host's loopback (ranks on
+one host talk through it). The network lab (scripts/netlab.py) writes its links over a measured profile.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import threading
+import time
+
+from partition.errors import UsageError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("profile-machine", help="measure this host for the cost model; write a machine profile",
+                       description="Time sparse, dense and elementwise kernels on one core and the loopback link, "
+                                   "and write the profile `--machine FILE` reads (partition, train).")
+    p.add_argument("--out", required=True, metavar="FILE", help="the JSON profile to write")
+    p.add_argument("--name", default=None, help="the profile's name (default: this host's name)")
+    p.add_argument("--rows", type=int, default=200_000, help="rows of the timed operands (default 200000)")
+    p.add_argument("--repeat", type=int, default=5, help="timings per kernel; the median is kept (default 5)")
+    p.add_argument("--link", action="store_true",
+                   help="measure the link among the launched ranks with all-to-alls as training sends them (run "
+                        "under `mpiexec -n P` or the network lab's `run`; rank 0 writes the profile) instead of "
+                        "this host's loopback")
+    p.set_defaults(run=run)
+
+
+def median_of(fn, repeat: int) -> float:
+    """The median of `repeat` calls after one warm-up: the rate a kernel keeps inside a training step."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
+
+
+# (input, output) widths timed: GCN's layers at the default hidden 16 and at 128, narrow and wide
+WIDTHS = ((32, 16), (16, 8), (128, 16), (16, 128), (128, 128))
+
+
+def compute_rates(rows: int, repeat: int) -> dict:
+    """Sparse edge-columns, dense flops and elementwise values per second on one thread, each kernel as a
+    training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths."""
+    import warnings
+
+    import torch
+
+    from gnn_dist.graph.local import spmm
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        degree = 10
+        crow = torch.arange(0, rows * degree + 1, degree, dtype=torch.int64)
+        col = torch.randint(0, rows, (rows * degree,), dtype=torch.int64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
+            a = torch.sparse_csr_tensor(crow, col, torch.rand(rows * degree), (rows, rows))
+        sparse, dense, elem = [], [], []
+        for d_in, d_out in WIDTHS:
+            x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
+            sparse.append(rows * degree * d_in / median_of(lambda: spmm(a, x), repeat))
+            dense.append(6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat))
+            b = torch.randn(d_in)
+            elem.append(2 * rows * d_in / median_of(lambda: (x + b, torch.relu(x)), repeat))
+    finally:
+        torch.set_num_threads(threads)
+    return {"sparse_per_core": _harmonic(sparse), "dense_per_core": _harmonic(dense),
+            "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
+
+
+def step_seconds(repeat: int) -> float:
+    """A GCN training step on a graph too small to weigh anything (a 20 x 20 grid), on one thread: the
+    fixed cost of every step (Python, autograd, the optimiser, small tensors)."""
+    import torch
+    import torch.nn.functional as F
+
+    from gnn_dist.data.synthetic import grid
+    from gnn_dist.graph.local import LocalGraph
+    from gnn_dist.nn.models import build_model
+    from gnn_dist.runtime import streams
+
+    g = LocalGraph.from_graph(grid(width=20, height=20, features=16))
+    model = build_model("gcn", g.num_features, 16, int(g.y.max()) + 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+
+    def step() -> None:
+        streams.begin(0, 0, 0)
+        try:
+            opt.zero_grad()
+            loss = F.cross_entropy(model(g.x, g)[g.train_mask], g.y[g.train_mask])
+            loss.backward()
+            opt.step()
+        finally:
+            streams.end()
+
+    try:
+        return median_of(lambda: [step() for _ in range(10)], repeat) / 10
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _harmonic(rates: list[float]) -> float:
+    """The rate at which equal work at each width would run: the harmonic mean."""
+    return len(rates) / sum(1.0 / r for r in rates)
+
+
+def loopback_link(repeat: int, size: int = 8 << 20) -> tuple[float, float]:
+    """(bytes per second, seconds per message) between two endpoints on this host."""
+    a, b = socket.socketpair()
+    payload = bytes(size)
+
+    def drain(n: int) -> None:
+        got = 0
+        while got < n:
+            got += len(b.recv(min(1 << 20, n - got)))
+
+    try:
+        rates = []
+        for _ in range(repeat):
+            reader = threading.Thread(target=drain, args=(size,))
+            reader.start()
+            t = time.perf_counter()
+            a.sendall(payload)
+            reader.join()
+            rates.append(size / (time.perf_counter() - t))
+        n = 200
+        t = time.perf_counter()
+        for _ in range(n):  # ping-pong of one byte: twice the one-way latency a round
+            a.sendall(b"x")
+            b.recv(1)
+            b.sendall(b"y")
+            a.recv(1)
+        latency = (time.perf_counter() - t) / (2 * n)
+    finally:
+        a.close()
+        b.close()
+    return max(rates), latency
+
+
+def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, float]:
+    """(bytes per second per rank and direction, seconds per peer of an all-to-all) among the launched ranks:
+    empty all-to-alls give the latency, 1 MiB per peer the rate, each the median of `repeat` x 10."""
+    import torch
+    import torch.distributed as dist
+
+    p = ctx.world_size
+
+    def a2a_seconds(values: int) -> float:
+        send, recv = torch.zeros(p * values), torch.empty(p * values)
+
+        def ten() -> None:
+            dist.barrier()
+            for _ in range(10):
+                dist.all_to_all_single(recv, send)
+        return median_of(ten, repeat) / 10
+
+    small = a2a_seconds(1)
+    big = a2a_seconds(peer_bytes // 4)
+    return (p - 1) * peer_bytes / max(big - small, 1e-9), small / max(p - 1, 1)
+
+
+def measure(args: argparse.Namespace):
+    """The profile, or None on ranks other than 0 (with --link)."""
+    from partition.machine import Machine
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not args.link:
+        link, latency = loopback_link(args.repeat)
+        return Machine(name=args.name or socket.gethostname(), cores_per_host=cores, ranks_per_host=0,
+                       link_bytes_per_s=link, latency_s=latency, **compute_rates(args.rows, args.repeat))
+    import torch
+    import torch.distributed as dist
+
+    from gnn_dist.runtime.launch import init
+
+    ctx = init(backend="gloo", transport="gloo")
+    if ctx.world_size < 2:
+        raise UsageError("--link measures the link among launched ranks: run under mpiexec -n P (P >= 2) or the "
+                         "network lab")
+    link, latency = ranks_link(ctx, args.repeat)
+    dist.barrier()
+    rates = compute_rates(args.rows, args.repeat)  # every rank at once, as in training: they share the cores
+    table = torch.zeros(ctx.world_size, len(rates), dtype=torch.float64)
+    table[ctx.rank] = torch.tensor([rates[k] for k in sorted(rates)], dtype=torch.float64)
+    dist.all_reduce(table)
+    if ctx.rank != 0:
+        return None
+    busy = min(ctx.local_size, cores)  # cores the host's ranks kept busy
+    summed = dict(zip(sorted(rates), table.sum(0).tolist()))
+    per_core = {k: v / busy for k, v in summed.items() if k != "step_s"}
+    per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
+    return Machine(name=args.name or socket.gethostname(), cores_per_host=cores,
+                   ranks_per_host=0 if ctx.local_size == ctx.world_size else ctx.local_size,
+                   link_bytes_per_s=link, latency_s=latency, **per_core)
+
+
+def run(args: argparse.Namespace) -> int:
+    from partition.machine import save
+
+    if args.rows < 1000 or args.repeat < 1:
+        raise UsageError(f"--rows must be >= 1000 and --repeat >= 1, got {args.rows} and {args.repeat}")
+    machine = measure(args)
+    if machine is None:
+        return 0
+    save(machine, args.out)
+    print(machine.describe())
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,212 @@
+"""A cost model of one training epoch per rank: the busiest rank sets the epoch.
+
+From a partition's counts per part (inner rows, central rows, halo rows received, rows sent, edges) and
+the model's widths and depth, it counts each rank's work in three kinds (sparse multiply-adds, dense
+flops, elementwise values) and its wire bytes per exchange, then prices them with a machine profile
+(partition.machine):
+
+- compute = work at one core's rates over the rank's threads (cores per host / ranks per host), plus the
+  step's fixed cost (Python, autograd, optimiser) on one thread;
+- wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, and the gradients'
+  all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
+  only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes
+  `link_burst_bytes` of an epoch at line speed, the bucket refilling between epochs;
+- ranks sharing a host share its cores: an epoch takes at least the host's total work over its cores,
+  plus the wire time every rank pays (the all-to-alls are meetings: while all wait, no core computes).
+
+The layer order follows gnn_dist.nn.conv.aggregate_first (GCN's: a layer exchanges the narrower of its
+input and output), and the first layer's input halo is fetched once (the input cache), so it costs
+nothing per epoch. torch-free, so `gnn-dist partition` can use it; the runtime imports it too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from partition.machine import Machine
+
+BYTES_PER_VALUE = 4  # fp32 rows on the wire
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained: input width, hidden width, classes, graph layers."""
+
+    features: int
+    classes: int
+    hidden: int = 16
+    layers: int = 2
+    overlap: bool = True  # central rows aggregate while the halo travels (train's default; --no-overlap off)
+
+
+@dataclass(frozen=True)
+class Layer:
+    d_in: int
+    d_out: int
+    width: int  # columns of the sparse product and of the rows exchanged
+    backward_sparse: bool  # the sparse product runs again backward (not for layer 0 aggregating its input)
+    exchanges: int  # all-to-alls per epoch: forward, backward, both or none (layer 0's cached input)
+
+
+@dataclass(frozen=True)
+class RankCost:
+    rank: int
+    sparse_s: float
+    dense_s: float
+    elementwise_s: float
+    compute_s: float  # the three above, on this rank's threads
+    wire_s: float  # unhidden wire time
+    epoch_s: float  # compute + wire
+
+
+@dataclass(frozen=True)
+class Prediction:
+    ranks: list[RankCost]
+    host_floor_s: float  # the busiest host's total work over its cores, plus the wire every rank pays
+    epoch_s: float
+    busiest: int
+    bottleneck: str  # "compute", "wire" or "shared cores"
+
+    def summary(self) -> str:
+        """One line: the predicted epoch, the busiest rank and what holds it."""
+        r = self.ranks[self.busiest]
+        why = {"compute": f"compute {r.compute_s:.4g} s (at one core: sparse {r.sparse_s:.4g}, dense "
+                          f"{r.dense_s:.4g}, elementwise {r.elementwise_s:.4g} s) + unhidden wire {r.wire_s:.4g} s",
+               "wire": f"unhidden wire {r.wire_s:.4g} s + compute {r.compute_s:.4g} s",
+               "shared cores": f"its host's cores are shared: all its ranks' work over the cores takes "
+                               f"{self.host_floor_s:.4g} s (rank {self.busiest} alone: {r.epoch_s:.4g} s)"}
+        mean = sum(x.epoch_s for x in self.ranks) / len(self.ranks)
+        return (f"predicted epoch {self.epoch_s:.4g} s; busiest rank {self.busiest} ({r.epoch_s / mean:.2f}x the "
+                f"mean rank), bottleneck {self.bottleneck}: {why[self.bottleneck]}")
+
+
+def layers(work: Workload) -> list[Layer]:
+    """Per graph layer, what it computes and exchanges in a training step (gnn_dist.nn.conv.aggregate_first)."""
+    dims = [work.features] + [work.hidden] * (work.layers - 1) + [work.classes]
+    out = []
+    for i in range(work.layers):
+        d_in, d_out = dims[i], dims[i + 1]
+        first = i == 0  # its input needs no gradient
+        agg_first = d_in * (1 + (not first)) <= d_out * 2
+        width = d_in if agg_first else d_out
+        cached = first and agg_first  # the input features' halo is fetched once, and no gradient goes back
+        out.append(Layer(d_in, d_out, width, backward_sparse=not cached, exchanges=0 if cached else 2))
+    return out
+
+
+def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float]:
+    """(sparse multiply-adds, dense flops, elementwise values) of one training step on one part."""
+    inner, edges, halo = float(part["inner"]), float(part["edges"]), float(part["halo"])
+    sparse = dense = elem = 0.0
+    for i, layer in enumerate(plan):
+        rows = edges + inner  # the operator's edges and the self loops
+        sparse += rows * layer.width * (1 + layer.backward_sparse)
+        dense += 2.0 * inner * layer.d_in * layer.d_out * (2 + (i > 0))  # forward, weight grad, input grad
+        # dropout (and ReLU) of the input, bias of the output, each forward and backward
+        elem += 2.0 * (inner + (halo if i == 0 else 0.0)) * layer.d_in + 2.0 * inner * layer.d_out
+    return sparse, dense, elem
+
+
+def _threads(machine: Machine, num_parts: int) -> tuple[int, int]:
+    """(ranks on one host, threads per rank): the launcher gives each rank cores // local ranks, at least 1."""
+    per_host = num_parts if machine.ranks_per_host == 0 else min(machine.ranks_per_host, num_parts)
+    return per_host, max(1, machine.cores_per_host // per_host)
+
+
+def _wire(part: Mapping, plan: Sequence[Layer], machine: Machine, peers: int, hidden_s: float) -> float:
+    """Unhidden seconds on the wire: each exchange's latency and bytes, less what central rows compute meanwhile."""
+    if peers == 0:
+        return 0.0
+    recv, sent = float(part["halo"]), float(part.get("sent", part["halo"]))
+    exchanges = sum(la.exchanges for la in plan) + 1  # and the gradients' all-reduce (a few KB)
+    nbytes = sum(la.exchanges * max(recv, sent) * la.width * BYTES_PER_VALUE for la in plan)
+    # a shaped link passes its burst at line speed; the bucket refills between epochs
+    total = machine.latency_s * peers * exchanges + max(0.0, nbytes - machine.link_burst_bytes) / machine.link_bytes_per_s
+    return max(0.0, total - hidden_s)
+
+
+def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Prediction:
+    """Each rank's predicted epoch from its part's counts (keys inner, central, halo, edges, sent).
+
+    `sent` (rows sent per layer) falls back to `halo` when absent (older partitions); the rank's peers
+    are all other ranks.
+    """
+    plan = layers(work)
+    p = len(parts)
+    per_host, threads = _threads(machine, p)
+    ranks, one_core = [], []
+    for k, part in enumerate(parts):
+        sparse, dense, elem = rank_work(part, plan)
+        s, d, e = (sparse / machine.sparse_per_core, dense / machine.dense_per_core,
+                   elem / machine.elementwise_per_core)
+        one_core.append(s + d + e + machine.step_s)
+        compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
+        central = float(part["central"]) / max(float(part["inner"]), 1.0)
+        fwd_sparse = sum((float(part["edges"]) + float(part["inner"])) * la.width
+                         for la in plan if la.exchanges) / machine.sparse_per_core / threads
+        hidden = 2 * central * fwd_sparse if work.overlap else 0.0  # forward and backward
+        wire = _wire(part, plan, machine, p - 1, hidden)
+        ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
+    # every rank pays the wire all ranks pay (the all-to-alls meet): the cores are idle for it too
+    floor = (max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
+             + min(r.wire_s for r in ranks))
+    worst = max(ranks, key=lambda r: r.epoch_s)
+    if floor > worst.epoch_s:
+        busiest = max(range(p), key=lambda k: one_core[k])
+        return Prediction(ranks, floor, floor, busiest, "shared cores")
+    bottleneck = "compute" if worst.compute_s >= worst.wire_s else "wire"
+    return Prediction(ranks, floor, worst.epoch_s, worst.rank, bottleneck)
+
+
+def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[dict]:
+    """Per part, the counts `predict` reads, straight from an assignment (no plans built): what a partitioner
+    calls for each candidate."""
+    parts = np.asarray(parts, dtype=np.int64)
+    inner = np.bincount(parts, minlength=num_parts)
+    edges = np.bincount(parts[dst], minlength=num_parts)
+    cross = parts[src] != parts[dst]
+    marginal = np.zeros(parts.shape[0], bool)
+    marginal[dst[cross]] = True
+    central = inner - np.bincount(parts[marginal], minlength=num_parts)
+    pairs = np.unique(src[cross].astype(np.int64) * num_parts + parts[dst[cross]])  # (node, receiving part)
+    halo = np.bincount(pairs % num_parts, minlength=num_parts)
+    sent = np.bincount(parts[pairs // num_parts], minlength=num_parts)
+    return [{"inner": int(inner[k]), "central": int(central[k]), "halo": int(halo[k]), "edges": int(edges[k]),
+             "sent": int(sent[k])} for k in range(num_parts)]
+
+
+def node_seconds(in_degree: np.ndarray, work: Workload, machine: Machine) -> np.ndarray:
+    """Each node's share of a step's compute at one core: its edges' sparse work plus its row's dense and
+    elementwise work (what its owner pays for holding it)."""
+    plan = layers(work)
+    sparse = sum(la.width * (1 + la.backward_sparse) for la in plan)
+    dense = sum(2.0 * la.d_in * la.d_out * (2 + (i > 0)) for i, la in enumerate(plan))
+    elem = sum(2.0 * (la.d_in + la.d_out) for la in plan)
+    per_row = dense / machine.dense_per_core + elem / machine.elementwise_per_core
+    return (np.asarray(in_degree, dtype=np.float64) + 1.0) * sparse / machine.sparse_per_core + per_row
+
+
+def format_ranks(pred: Prediction) -> str:
+    """The per-rank table `gnn-dist partition` and `gnn-dist info` print."""
+    lines = [f"{'rank':>4} {'compute s':>10} {'wire s':>10} {'epoch s':>10}"]
+    lines += [f"{r.rank:>4} {r.compute_s:>10.4f} {r.wire_s:>10.4f} {r.epoch_s:>10.4f}" for r in pred.ranks]
+    return "\n".join(lines)
+
+
+def parts_from_meta(meta: Mapping) -> list[dict]:
+    """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded)."""
+    sent = (meta.get("stats") or {}).get("send_per_part")
+    return [{"inner": r["inner"], "central": r["central"], "halo": r["halo"], "edges": r["edges"],
+             "sent": sent[k] if sent else r["halo"]} for k, r in enumerate(meta["parts"])]
+
+
+def prediction_record(pred: Prediction, machine: Machine, work: Workload) -> dict:
+    """What a training log keeps of a prediction (one JSON line), for `gnn-dist info --run`."""
+    return {"prediction": {"machine": machine.name, "epoch_s": round(pred.epoch_s, 6), "busiest": pred.busiest,
+                           "bottleneck": pred.bottleneck, "host_floor_s": round(pred.host_floor_s, 6),
+                           "workload": {"features": work.features, "classes": work.classes, "hidden": work.hidden,
+                                        "layers": work.layers, "overlap": work.overlap},
+                           "rank_compute_s": [round(r.compute_s, 6) for r in pred.ranks],
+                           "rank_wire_s": [round(r.wire_s, 6) for r in pred.ranks]}}

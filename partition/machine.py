@@ -1,0 +1,111 @@
+"""Machine profiles: what one core computes per second, how cores are shared, what a link carries.
+
+The cost model (partition.costmodel) turns a partition's counts into seconds with these figures. A profile
+is a small JSON file (`--machine FILE`, written by `gnn-dist profile-machine` or the network lab); without
+one, DEFAULT is used, the same on every machine, so the default partition does not depend on where it was
+made. Rates are per core; a rank runs on `cores_per_host / ranks sharing its host` cores.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from partition.errors import DataError
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One kind of host and the links between ranks. Units in the field names."""
+
+    name: str
+    sparse_per_core: float  # sparse products: edge x column multiply-adds per second on one core
+    dense_per_core: float  # dense products: floating-point operations per second on one core
+    elementwise_per_core: float  # elementwise passes (dropout, ReLU, bias, their gradients): values per second
+    step_s: float  # a training step's fixed cost on one core, whatever the graph: Python, autograd, the optimiser
+    cores_per_host: int  # cores every rank on a host shares
+    ranks_per_host: int  # ranks placed on one host (0: all ranks on one host)
+    link_bytes_per_s: float  # each rank's link, per direction
+    latency_s: float  # per message, so per peer and all-to-all
+    link_burst_bytes: float = 0.0  # token-bucket shaping (tc tbf, many clouds): bytes an epoch passes at line speed
+
+    def describe(self) -> str:
+        """One line: what the predictions assume."""
+        hosts = "all ranks on one host" if self.ranks_per_host == 0 else f"{self.ranks_per_host} rank(s) per host"
+        return (f"machine '{self.name}': sparse {self.sparse_per_core / 1e9:.2f} G edge-columns/s, dense "
+                f"{self.dense_per_core / 1e9:.1f} GFLOP/s, elementwise {self.elementwise_per_core / 1e9:.2f} "
+                f"G values/s per core, step {self.step_s * 1e3:.1f} ms; {self.cores_per_host} cores per host, {hosts}; link "
+                f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us"
+                + (f", burst {self.link_burst_bytes / 1024:.0f} KiB" if self.link_burst_bytes else ""))
+
+    def with_link(self, bits_per_s: float, latency_s: float | None = None, ranks_per_host: int | None = None,
+                  name: str | None = None) -> "Machine":
+        """The same cores behind another link (what the network lab writes)."""
+        return Machine(**dict(asdict(self), link_bytes_per_s=bits_per_s / 8,
+                              latency_s=self.latency_s if latency_s is None else latency_s,
+                              ranks_per_host=self.ranks_per_host if ranks_per_host is None else ranks_per_host,
+                              name=name or self.name))
+
+
+# Measured on the project's 2-core development box (AMD EPYC, torch 2.13 CPU), 2026-12-04: the per-core rates and
+# the step by `gnn-dist profile-machine` (one thread per kernel, nothing else running on purpose; the box is
+# shared, so +-30% from run to run), the link and latency by `scripts/netlab.py profile` with 4 ranks at
+# 1 Gbit/s (what gloo's all-to-alls get through tc's 1 Gbit/s: 0.63 Gbit/s). One rank per host with 2 cores
+# and its own link. Fixed here so that a partition made anywhere is the same partition.
+DEFAULT = Machine(name="default", sparse_per_core=2.05e9, dense_per_core=33.0e9, elementwise_per_core=0.92e9,
+                  step_s=1.04e-3, cores_per_host=2, ranks_per_host=1, link_bytes_per_s=0.63e9 / 8,
+                  latency_s=646e-6)
+
+
+def from_dict(data: object, source: str) -> Machine:
+    """A profile from parsed JSON, every field checked: one line naming the first bad one."""
+    if not isinstance(data, dict):
+        raise DataError(f"machine profile {source}: expected a JSON object, got {type(data).__name__}")
+    names = [f.name for f in fields(Machine)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise DataError(f"machine profile {source}: unknown field '{unknown[0]}' (fields: {', '.join(names)})")
+    out = {}
+    for f in fields(Machine):
+        if f.name == "link_burst_bytes" and f.name not in data:  # optional: most links shape no bursts
+            continue
+        if f.name not in data:
+            raise DataError(f"machine profile {source} lacks the field '{f.name}'")
+        v = data[f.name]
+        if f.name == "name":
+            out[f.name] = str(v)
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise DataError(f"machine profile {source}: '{f.name}' must be a number, got {v!r}")
+        whole = f.name in ("cores_per_host", "ranks_per_host")
+        if whole and (v != int(v) or v < (0 if f.name == "ranks_per_host" else 1)):
+            raise DataError(f"machine profile {source}: '{f.name}' must be a whole number >= "
+                            f"{0 if f.name == 'ranks_per_host' else 1}, got {v!r}")
+        zero_ok = f.name in ("latency_s", "step_s", "link_burst_bytes")
+        if not whole and (v < 0 if zero_ok else v <= 0):
+            raise DataError(f"machine profile {source}: '{f.name}' must be {'>= 0' if zero_ok else '> 0'}, got {v!r}")
+        out[f.name] = int(v) if whole else float(v)
+    return Machine(**out)
+
+
+def load(path: str | None) -> Machine:
+    """The profile in `path`, or DEFAULT without one."""
+    if path is None:
+        return DEFAULT
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise DataError(f"machine profile {path} cannot be read: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise DataError(f"machine profile {path} is not JSON: {e}") from None
+    return from_dict(data, path)
+
+
+def save(machine: Machine, path: str) -> None:
+    """Write atomically: a profile is either the old one or the new one, never half of one."""
+    from partition.store import write_atomic
+
+    write_atomic(Path(path), lambda f: f.write((json.dumps(asdict(machine), indent=2) + "\n").encode()))

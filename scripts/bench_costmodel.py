@@ -1,0 +1,159 @@
+"""The cost model against measured epochs: one row per (where, ranks, graph), appended to a results file.
+
+    python scripts/bench_costmodel.py run --where local --ranks 4 --dataset grid:width=300,height=300 \\
+        --machine M.json --results R.jsonl          # mpiexec -n 4 on this host
+    python scripts/bench_costmodel.py run --where lab --ranks 4 --rate 1gbit --dataset ... (root)
+    python scripts/bench_costmodel.py table R.jsonl [--repredict]
+
+`run` partitions the graph (the default partition, cached under --work), measures the machine profile
+the prediction uses (`gnn-dist profile-machine --link` among the same ranks, where they will train:
+this host, or the lab's namespaces at --rate), trains with --log and that profile, and appends the
+measured epoch (mean of the epochs after the first --warmup) beside the prediction its first epoch carries.
+One `run` per call, so each fits one hold of the shared-CPU lock. `table` prints the markdown table of
+docs/benchmarks.md ("The cost model").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+GNN = [sys.executable, "-m", "gnn_dist"]
+
+
+def launch(where: str, ranks: int, args: list[str], port: int) -> None:
+    """`gnn-dist ARGS` on `ranks` ranks: under mpiexec here, or one per lab namespace (the lab must be up)."""
+    if where == "lab":
+        import netlab
+
+        code = netlab.run(GNN + args, port=port, timeout=1800)
+    else:
+        mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+        code = subprocess.run([mpiexec, "-n", str(ranks), *GNN, *args], cwd=ROOT).returncode
+    if code != 0:
+        raise SystemExit(f"bench_costmodel: `gnn-dist {' '.join(args[:2])}` failed (exit {code})")
+
+
+def measured(log: Path, warmup: int) -> dict:
+    records = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    pred = next(r["prediction"] for r in records if "prediction" in r)
+    epochs = [r for r in records if "epoch_time" in r][warmup:]
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    compute = [mean([r["rank_compute_s"][k] for r in epochs]) for k in range(len(pred["rank_compute_s"]))]
+    return {"epoch_s": mean([r["epoch_time"] for r in epochs]), "epochs": len(epochs), "rank_compute_s": compute,
+            "predicted_s": pred["epoch_s"], "bottleneck": pred["bottleneck"], "busiest": pred["busiest"],
+            "test_acc": epochs[-1].get("test_acc")}
+
+
+def run(a: argparse.Namespace) -> None:
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    slug = slug_of(a.dataset)
+    variant = "".join(f"-{v}" for v in (a.balance, a.objective) if v)
+    part = work / f"{slug}-{a.ranks}{variant}"
+    if not (part / "partition.json").exists():
+        flags = (["--balance", a.balance] if a.balance else []) + (["--objective", a.objective] if a.objective else [])
+        subprocess.run([*GNN, "partition", "--dataset", a.dataset, "--parts", str(a.ranks), "--out", str(part),
+                        "--progress", "none", "--force", *flags], cwd=ROOT, check=True)
+    tag = f"{a.where}{a.ranks}{'-' + a.rate if a.where == 'lab' else ''}-{slug}{variant}"
+    machine, log = work / f"machine-{tag}.json", work / f"{tag}.jsonl"
+    log.unlink(missing_ok=True)
+    if a.where == "lab":
+        import netlab
+
+        netlab.down()
+        netlab.up(a.ranks, a.rate, None)
+    try:
+        if a.where == "lab":  # the lab's profile carries its links' burst too
+            import netlab
+
+            if netlab.profile(str(machine), a.port, tag) != 0:
+                raise SystemExit("bench_costmodel: profiling the lab failed")
+        else:
+            launch(a.where, a.ranks, ["profile-machine", "--link", "--out", str(machine), "--name", tag], a.port)
+        launch(a.where, a.ranks, ["train", "--partition", str(part), "--epochs", str(a.epochs), "--eval-every", "0",
+                                  "--hidden", str(a.hidden), "--log", str(log), "--machine", str(machine),
+                                  "--progress", "none"], a.port + 1)
+    finally:
+        if a.where == "lab":
+            netlab.down()
+    row = {"where": a.where, "ranks": a.ranks, "rate": a.rate if a.where == "lab" else "host", "partition": str(part),
+           "dataset": a.dataset, "balance": (a.balance or "default") + (f" --objective {a.objective}" if a.objective else ""),
+           "hidden": a.hidden,
+           "machine": json.loads(machine.read_text()), **measured(log, a.warmup)}
+    with open(a.results, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(f"[bench] {tag}: measured {row['epoch_s']:.4f} s, predicted {row['predicted_s']:.4f} s "
+          f"({row['predicted_s'] / row['epoch_s']:.2f}x)", file=sys.stderr)
+
+
+def repredict(row: dict, work_dir: str) -> dict:
+    """The current cost model's prediction for a measured row, from its partition and measured profile (the
+    measurement does not depend on the model, so a better model is checked against the same epochs). Lab
+    rows measured before profiles carried the links' burst get the lab's (a setting of netlab, not a fit)."""
+    import dataclasses
+
+    from partition.costmodel import Workload, parts_from_meta, predict
+    from partition.machine import from_dict
+    from partition.store import read_meta
+
+    part = row.get("partition") or str(Path(work_dir) / f"{slug_of(row['dataset'])}-{row['ranks']}")
+    meta = read_meta(part)
+    machine = from_dict(row["machine"], "row")
+    if row["where"] == "lab" and "link_burst_bytes" not in row["machine"]:
+        import netlab
+
+        machine = dataclasses.replace(machine, link_burst_bytes=float(netlab.BURST_BYTES))
+    pred = predict(parts_from_meta(meta), Workload(meta["num_features"], meta["num_classes"], row["hidden"]), machine)
+    return dict(row, predicted_s=pred.epoch_s, bottleneck=pred.bottleneck, busiest=pred.busiest)
+
+
+def slug_of(dataset: str) -> str:
+    return dataset.replace(":", "-").replace(",", "-").replace("=", "")
+
+
+def table(path: str, work_dir: str, again: bool) -> None:
+    rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    if again:
+        sys.path.insert(0, str(ROOT))
+        rows = [repredict(r, work_dir) for r in rows]
+    print("| where | ranks | link | graph | partition | measured epoch s | predicted s | predicted / measured | "
+          "bottleneck (busiest rank) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['where']} | {r['ranks']} | {r['rate']} | `{r['dataset']}` | {r['balance']} | {r['epoch_s']:.4f} | "
+              f"{r['predicted_s']:.4f} | {r['predicted_s'] / r['epoch_s']:.2f} | {r['bottleneck']} "
+              f"({r['busiest']}) |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--where", choices=["local", "lab"], required=True)
+    r.add_argument("--ranks", type=int, required=True)
+    r.add_argument("--rate", default="1gbit", help="lab: tc rate per link and direction")
+    r.add_argument("--dataset", required=True)
+    r.add_argument("--balance", default="", help="partition's --balance (default: the cost model's choice)")
+    r.add_argument("--objective", default="", help="partition's --objective (default: the cost model's choice)")
+    r.add_argument("--hidden", type=int, default=16)
+    r.add_argument("--epochs", type=int, default=12)
+    r.add_argument("--warmup", type=int, default=2, help="epochs left out of the mean (default 2)")
+    r.add_argument("--work", default="/tmp/gnn-costbench")
+    r.add_argument("--results", required=True)
+    r.add_argument("--port", type=int, default=29600)
+    t = sub.add_parser("table")
+    t.add_argument("results")
+    t.add_argument("--repredict", action="store_true",
+                   help="predict each row again with the current cost model (its partition and measured profile)")
+    t.add_argument("--work", default="/tmp/gnn-costbench")
+    a = ap.parse_args()
+    run(a) if a.cmd == "run" else table(a.results, a.work, a.repredict)
+
+
+if __name__ == "__main__":
+    main()

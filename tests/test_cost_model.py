@@ -1,0 +1,174 @@
+"""The cost model (partition.costmodel): counts straight from an assignment agree with the written plans,
+predictions follow the model's arithmetic, shared cores floor the epoch, profiles are checked in one line,
+and the default partition never predicts slower than node-balanced METIS."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gnn_dist.data import load_dataset
+from partition import assign_parts, build_parts
+from partition.cost_parts import NODE_BOUND, choose
+from partition.costmodel import Workload, layers, part_counts, predict
+from partition.errors import DataError
+from partition.machine import DEFAULT, Machine, from_dict, load, save
+from tests.conftest import one_error_line, run_cli, run_mpi
+
+ROUND = Machine(name="round", sparse_per_core=1e9, dense_per_core=1e10, elementwise_per_core=1e9, step_s=0.0,
+                cores_per_host=2, ranks_per_host=1, link_bytes_per_s=1e8, latency_s=1e-4)
+
+
+@pytest.fixture(scope="module")
+def rmat():
+    return load_dataset("rmat:scale=12,edges=60000,seed=1")
+
+
+def test_grid_is_a_lattice_and_shuffling_only_renames():
+    g2 = load_dataset("grid:width=5,height=4")
+    assert (g2.num_nodes, g2.num_edges) == (20, 2 * (4 * 4 + 5 * 3))
+    assert sorted(np.bincount(g2.in_degree())[2:5].tolist()) == [4, 6, 10]  # 4 corners, 10 edge points, 6 inside
+    g3 = load_dataset("grid:width=3,height=3,depth=3")
+    assert g3.num_edges == 2 * 3 * (2 * 3 * 3) and g3.in_degree().max() == 6
+    plain, shuffled = load_dataset("grid:width=6,height=5,depth=2"), load_dataset("grid:width=6,height=5,depth=2,shuffle=1")
+    assert not np.array_equal(plain.edge_index()[0], shuffled.edge_index()[0])
+    # the same lattice: one relabelling maps edges onto edges and classes onto classes
+    perm = np.random.default_rng(0).permutation(plain.num_nodes)  # grid's own draw with seed 0
+    s, d = plain.edge_index()
+    mapped = set(zip(perm[s].tolist(), perm[d].tolist()))
+    assert mapped == set(zip(*(a.tolist() for a in shuffled.edge_index())))
+    assert np.array_equal(shuffled.y[perm], plain.y)
+    with pytest.raises(DataError, match="grid"):
+        load_dataset("grid:width=1,height=1")
+
+
+def test_counts_from_an_assignment_match_the_written_plans(rmat):
+    parts = assign_parts(rmat, 4, "metis")
+    src, dst = rmat.edge_index()
+    counts = part_counts(src, dst, parts, 4)
+    for plan, c in zip(build_parts(rmat, parts, 4), counts):
+        assert c == {"inner": plan.num_inner, "central": plan.num_central, "halo": plan.num_halo,
+                     "edges": plan.num_edges, "sent": int(plan.send_counts.sum())}
+
+
+def test_layer_plan_follows_aggregate_first():
+    # 32 -> 16: aggregate the 32-wide input (cached halo, no backward product); 16 -> 8: transform first
+    first, second = layers(Workload(features=32, classes=8, hidden=16))
+    assert (first.width, first.exchanges, first.backward_sparse) == (32, 0, False)
+    assert (second.width, second.exchanges, second.backward_sparse) == (8, 2, True)
+    wide = layers(Workload(features=500, classes=8, hidden=16))[0]  # 500 > 2 x 16: transform first, exchanged
+    assert (wide.width, wide.exchanges) == (16, 2)
+
+
+def test_prediction_is_the_models_arithmetic():
+    """Two ranks, one layer 5 -> 2, worked by hand: every term of the docstring, nothing else."""
+    part = {"inner": 1000, "central": 0, "halo": 100, "edges": 5000, "sent": 300}
+    work = Workload(features=5, classes=2, hidden=2, layers=1, overlap=False)  # 5 > 2 x 2: transform first
+    pred = predict([part, part], work, ROUND)
+    r = pred.ranks[0]
+    assert r.sparse_s == pytest.approx((5000 + 1000) * 2 * 2 / 1e9)  # width 2, forward and backward
+    assert r.dense_s == pytest.approx(2 * 1000 * 5 * 2 * 2 / 1e10)  # forward and weight gradient
+    assert r.elementwise_s == pytest.approx((2 * (1000 + 100) * 5 + 2 * 1000 * 2) / 1e9)
+    assert r.compute_s == pytest.approx((r.sparse_s + r.dense_s + r.elementwise_s) / 2)  # 2 cores, 1 rank
+    # two all-to-alls (forward, backward) of max(300, 100) rows x 2 columns x 4 bytes, one peer; the all-reduce
+    assert r.wire_s == pytest.approx(2 * (1e-4 + 300 * 2 * 4 / 1e8) + 1e-4)
+    assert pred.epoch_s == pytest.approx(r.compute_s + r.wire_s) and pred.bottleneck == "wire"  # 348 > 22 us
+    hidden = predict([dict(part, central=1000)] * 2, Workload(5, 2, 2, 1, overlap=True), ROUND).ranks[0]
+    assert hidden.wire_s == pytest.approx(max(0.0, r.wire_s - 2 * r.sparse_s / 2 / 2))
+
+
+def test_ranks_sharing_cores_floor_the_epoch():
+    parts = [{"inner": 1000, "central": 1000, "halo": 0, "edges": 10_000, "sent": 0}] * 4
+    work = Workload(features=16, classes=4)
+    quiet = Machine(**dict(ROUND.__dict__, latency_s=0.0))  # no halo and no latency: compute alone
+    apart = predict(parts, work, quiet)  # a host each: 2 threads per rank
+    shared = predict(parts, work, Machine(**dict(quiet.__dict__, ranks_per_host=0)))  # 4 ranks on 2 cores
+    one_core = apart.ranks[0].sparse_s + apart.ranks[0].dense_s + apart.ranks[0].elementwise_s
+    assert apart.epoch_s == pytest.approx(one_core / 2) and apart.bottleneck == "compute"
+    assert shared.epoch_s == pytest.approx(4 * one_core / 2) and shared.bottleneck == "shared cores"
+
+
+def test_profiles_round_trip_and_bad_ones_fail_in_one_line(tmp_path):
+    f = tmp_path / "m.json"
+    save(ROUND, str(f))
+    assert load(str(f)) == ROUND and load(None) == DEFAULT
+    good = json.loads(f.read_text())
+    for edit, needle in ((dict(good, cores_per_host=0), "cores_per_host"), (dict(good, link_bytes_per_s=-1), "link"),
+                         ({k: v for k, v in good.items() if k != "latency_s"}, "lacks the field 'latency_s'"),
+                         (dict(good, gpus=1), "unknown field 'gpus'"), (dict(good, dense_per_core="fast"), "dense")):
+        with pytest.raises(DataError, match=needle):
+            from_dict(edit, "m.json")
+    f.write_text("{not json")
+    with pytest.raises(DataError, match="not JSON"):
+        load(str(f))
+
+
+def test_default_partition_never_predicts_slower(rmat):
+    work = Workload(features=rmat.num_features, classes=rmat.num_classes)
+
+    def run(weights):
+        return assign_parts(rmat, 4, "metis", vweights=None if weights is None else weights[:, None])
+
+    choice = choose(rmat, 4, run, work, DEFAULT)
+    assert choice.prediction.epoch_s <= choice.considered["node counts"] + 1e-12
+    assert choice.name != "node counts"  # on R-MAT the node-balanced partition leaves one rank far busier
+    assert choice.considered["node counts"] > 1.05 * choice.prediction.epoch_s, choice.considered
+    assert np.bincount(choice.parts, minlength=4).max() <= NODE_BOUND * rmat.num_nodes / 4
+    mesh = load_dataset("grid:width=60,height=50")
+    mesh_choice = choose(mesh, 4, lambda w: assign_parts(mesh, 4, "metis", vweights=None if w is None else w[:, None]),
+                         Workload(features=mesh.num_features, classes=mesh.num_classes), DEFAULT)
+    assert mesh_choice.name == "node counts"  # even degrees: nothing to gain, the partition of before stays
+
+
+def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
+    r = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "3", "--out",
+                str(tmp_path / "p"))
+    assert r.returncode == 0, r.stderr
+    assert "busiest rank" in r.stdout and "bottleneck" in r.stdout
+    assert "the shipped default profile" in r.stderr and "predicted epoch by candidate" in r.stderr
+    (tmp_path / "bad.json").write_text(json.dumps({"name": "x"}))
+    one_error_line(run_cli("partition", "--dataset", "cora", "--parts", "2", "--out", str(tmp_path / "q"),
+                           "--machine", str(tmp_path / "bad.json")), "lacks the field", strict=False)
+
+
+def test_balance_nodes_is_the_node_balanced_partition(tmp_path):
+    spec = "rmat:scale=11,edges=30000,seed=2"
+    r = run_cli("partition", "--dataset", spec, "--parts", "3", "--balance", "nodes", "--out", str(tmp_path / "p"))
+    assert r.returncode == 0, r.stderr
+    assert "predicted epoch by candidate" not in r.stderr
+    from partition.store import read_meta, read_node_map
+
+    expected = assign_parts(load_dataset(spec), 3, "metis")
+    assert np.array_equal(read_node_map(tmp_path / "p", read_meta(tmp_path / "p")), expected)
+
+
+def test_profile_machine_writes_a_profile_the_model_reads(tmp_path):
+    r = run_cli("profile-machine", "--out", str(tmp_path / "m.json"), "--rows", "2000", "--repeat", "1")
+    assert r.returncode == 0, r.stderr
+    m = load(str(tmp_path / "m.json"))
+    assert m.sparse_per_core > 0 and m.cores_per_host >= 1 and m.ranks_per_host == 0
+    assert f"wrote {tmp_path / 'm.json'}" in r.stdout
+
+
+@pytest.mark.slow
+def test_every_rank_logs_compute_and_wait_and_info_sets_them_beside_the_prediction(tmp_path):
+    part = tmp_path / "p"
+    r = run_cli("partition", "--dataset", "sbm:nodes=3000,classes=6,avg_degree=8,features=16,seed=3", "--parts", "2",
+                "--out", str(part))
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "run.jsonl"
+    run_mpi(2, "train", "--partition", str(part), "--epochs", "3", "--log", str(log), "--progress", "none")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    pred = records[0]["prediction"]
+    assert pred["machine"] == "default" and len(pred["rank_compute_s"]) == 2
+    epochs = [x for x in records if "epoch_time" in x]
+    assert len(epochs) == 3
+    for x in epochs:
+        assert len(x["rank_compute_s"]) == len(x["rank_wait_s"]) == 2
+        assert min(x["rank_compute_s"]) > 0 and min(x["rank_wait_s"]) >= 0
+        # rank 0's own epoch is the logged one: its compute and wait add up to it
+        assert x["rank_compute_s"][0] + x["rank_wait_s"][0] == pytest.approx(x["epoch_time"], abs=1e-5)
+    info = run_cli("info", "--run", str(log))
+    assert info.returncode == 0, info.stderr
+    assert "pred compute" in info.stdout and "predicted" in info.stdout and "busiest rank" in info.stdout
