@@ -80,6 +80,7 @@ def test_bad_stale_and_skip_values_are_refused_in_one_line(tmp_path, flags):
     one_error_line(run_cli("train", "--partition", str(tmp_path), *flags), "required")
 
 
+@pytest.mark.slow  # a one-part training run (~5 s): the fast subset keeps the flag refusals
 def test_auto_on_one_part_says_there_is_nothing_to_choose(tmp_path):
     part = cli_partition(tmp_path, "karate", 1)
     r = run_cli("train", "--partition", str(part), "--exchange", "auto", "--epochs", "2", "--quiet")
