@@ -99,6 +99,12 @@ def test_profiles_round_trip_and_bad_ones_fail_in_one_line(tmp_path):
                          (dict(good, gpus=1), "unknown field 'gpus'"), (dict(good, dense_per_core="fast"), "dense")):
         with pytest.raises(DataError, match=needle):
             from_dict(edit, "m.json")
+    # lying numbers: too large for a float, a rate that would make every prediction inf, NaN, a name not a string
+    for edit, needle in ((dict(good, cores_per_host=10 ** 400), "between"), (dict(good, sparse_per_core=1e-320), "between"),
+                         (dict(good, step_s=1e308), "between"), (dict(good, latency_s=float("nan")), "number"),
+                         (dict(good, name={"a": 1}), "'name'")):
+        with pytest.raises(DataError, match=needle):
+            from_dict(edit, "m.json")
     f.write_text("{not json")
     with pytest.raises(DataError, match="not JSON"):
         load(str(f))
