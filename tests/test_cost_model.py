@@ -178,3 +178,26 @@ def test_every_rank_logs_compute_and_wait_and_info_sets_them_beside_the_predicti
     info = run_cli("info", "--run", str(log))
     assert info.returncode == 0, info.stderr
     assert "pred compute" in info.stdout and "predicted" in info.stdout and "busiest rank" in info.stdout
+
+
+def test_info_run_reads_old_cut_and_garbage_logs(tmp_path):
+    """Logs from before per-rank times, a last line cut mid-write, and garbage: a summary or one line, no traceback."""
+    from gnn_dist.cli.info import summarise_run
+
+    pred = {"machine": "m", "epoch_s": 0.5, "busiest": 1, "bottleneck": "wire", "rank_compute_s": [0.1, 0.2],
+            "rank_wire_s": [0.3, 0.3]}
+    epoch = {"epoch": 0, "loss": 1.0, "epoch_time": 0.0, "rank_compute_s": [0.0, 0.0], "rank_wait_s": [0.0, 0.0]}
+    log = tmp_path / "run.jsonl"
+    log.write_text(json.dumps({"epoch": 0, "loss": 1.0, "epoch_time": 0.4}) + "\n")  # before this change
+    assert "1 epochs" in summarise_run(str(log)) and "per rank" not in summarise_run(str(log))
+    log.write_text(json.dumps(dict(epoch, prediction=pred)) + "\n" + json.dumps(epoch)[:30])  # killed mid-write
+    text = summarise_run(str(log))
+    assert "1 epochs" in text and "cut off" in text and "busiest rank 1" in text  # a zero epoch divides nothing
+    for bad in ("5", json.dumps(dict(epoch, rank_compute_s=None)), json.dumps(dict(epoch, rank_wait_s=[0.0])),
+                json.dumps(dict(epoch, prediction={"machine": "m"})), json.dumps(dict(epoch, epoch_time="x")),
+                json.dumps(dict(epoch, halo=3))):
+        log.write_text(bad + "\n")
+        with pytest.raises(DataError, match="line 1"):
+            summarise_run(str(log))
+    log.write_bytes(b"\xff\xfe garbage")
+    one_error_line(run_cli("info", "--run", str(log)), "not text")

@@ -63,7 +63,7 @@ def measured_against_predicted(records: list[dict], prediction: dict | None, ski
         lines.append(line)
     if prediction:
         lines.append(f"epoch: measured {epoch:.4f} s, predicted {prediction['epoch_s']:.4f} s "
-                     f"({prediction['epoch_s'] / epoch:.2f}x; busiest rank {prediction['busiest']}, bottleneck "
+                     f"({prediction['epoch_s'] / max(epoch, 1e-9):.2f}x; busiest rank {prediction['busiest']}, bottleneck "
                      f"{prediction['bottleneck']})")
     return lines
 
