@@ -41,6 +41,9 @@ def test_grid_is_a_lattice_and_shuffling_only_renames():
     assert np.array_equal(shuffled.y[perm], plain.y)
     with pytest.raises(DataError, match="grid"):
         load_dataset("grid:width=1,height=1")
+    for huge in ("width=100000,height=100000,depth=100000", "width=200000,height=200000"):  # refused before allocating
+        with pytest.raises(DataError, match="grid: .* nodes"):
+            load_dataset(f"grid:{huge}")
 
 
 def test_counts_from_an_assignment_match_the_written_plans(rmat):
