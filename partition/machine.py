@@ -78,6 +78,11 @@ def _number(name: str, v: object, source: str) -> float | int:
     return int(v) if name in WHOLE else float(v)
 
 
+def good_name(v: object) -> bool:
+    """A profile's name: one printable line, short enough to print beside every prediction."""
+    return isinstance(v, str) and v.isprintable() and 0 < len(v) <= 100
+
+
 def from_dict(data: object, source: str) -> Machine:
     """A profile from parsed JSON, every field checked: one line naming the first bad one."""
     if not isinstance(data, dict):
@@ -94,7 +99,7 @@ def from_dict(data: object, source: str) -> Machine:
             raise DataError(f"machine profile {source} lacks the field '{name}'")
         v = data[name]
         if name == "name":
-            if not isinstance(v, str) or not v.isprintable() or not 0 < len(v) <= 100:
+            if not good_name(v):
                 raise DataError(f"machine profile {source}: 'name' must be a printable string of 1 to 100 "
                                 f"characters, got {str(v)[:40]!r}")
             out[name] = v
@@ -120,6 +125,12 @@ def load(path: str | None) -> Machine:
 
 def save(machine: Machine, path: str) -> None:
     """Write atomically: a profile is either the old one or the new one, never half of one."""
+    from partition.errors import UsageError
     from partition.store import write_atomic
 
-    write_atomic(Path(path), lambda f: f.write((json.dumps(asdict(machine), indent=2) + "\n").encode()))
+    target = Path(path)
+    try:
+        write_atomic(target, lambda f: f.write((json.dumps(asdict(machine), indent=2) + "\n").encode()))
+    except OSError as e:
+        target.with_name(target.name + ".tmp").unlink(missing_ok=True)
+        raise UsageError(f"cannot write the machine profile {path}: {e.strerror or e}") from None
