@@ -136,6 +136,8 @@ def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "busiest rank" in r.stdout and "bottleneck" in r.stdout
     assert "the shipped default profile" in r.stderr and "predicted epoch by candidate" in r.stderr
+    typed = run_cli("partition", "--dataset", "hsbm:papers=300,authors=200", "--parts", "2", "--out", str(tmp_path / "t"))
+    assert typed.returncode == 0 and "cost model" not in typed.stderr, typed.stderr  # not priced: not named
     (tmp_path / "bad.json").write_text(json.dumps({"name": "x"}))
     one_error_line(run_cli("partition", "--dataset", "cora", "--parts", "2", "--out", str(tmp_path / "q"),
                            "--machine", str(tmp_path / "bad.json")), "lacks the field", strict=False)

@@ -68,13 +68,18 @@ def measured_against_predicted(records: list[dict], prediction: dict | None, ski
     return lines
 
 
-def load_machine(path: str | None):
-    """The profile in `path`, or the shipped default; says which on stderr."""
+def say_machine(args: argparse.Namespace, graph) -> None:
+    """On stderr, the profile the cost model uses (plain graphs), or that --machine goes unused (typed, dynamic)."""
     from gnn_dist.cli.partition_cmd import log
+    from partition.graph import Graph
 
-    profile = read_profile(path)
-    log(f"cost model: {profile.describe()}" + (f" (from {path})" if path else " (the shipped default profile)"))
-    return profile
+    if not isinstance(graph, Graph):
+        if args.machine:
+            log("note: --machine is not used: the cost model prices plain graphs, not typed or dynamic ones")
+        return
+    profile = args.machine_profile
+    log(f"cost model: {profile.describe()}" + (f" (from {args.machine})" if args.machine else
+                                                " (the shipped default profile)"))
 
 
 def check_workload(args: argparse.Namespace) -> None:
