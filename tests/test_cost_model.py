@@ -143,6 +143,18 @@ def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
                            "--machine", str(tmp_path / "bad.json")), "lacks the field", strict=False)
 
 
+def test_refine_on_the_default_is_kept_only_when_predicted_faster(tmp_path):
+    spec = "rmat:scale=13,edges=120000,seed=1"  # here refining the cost-weighted choice predicts slower
+    plain = run_cli("partition", "--dataset", spec, "--parts", "4", "--out", str(tmp_path / "a"))
+    refined = run_cli("partition", "--dataset", spec, "--parts", "4", "--refine", "--out", str(tmp_path / "b"))
+    assert plain.returncode == refined.returncode == 0, refined.stderr
+    assert "refinement left out" in refined.stderr, refined.stderr
+    from partition.store import read_meta, read_node_map
+
+    a, b = (read_node_map(tmp_path / d, read_meta(tmp_path / d)) for d in "ab")
+    assert np.array_equal(a, b)
+
+
 def test_balance_nodes_is_the_node_balanced_partition(tmp_path):
     spec = "rmat:scale=11,edges=30000,seed=2"
     r = run_cli("partition", "--dataset", spec, "--parts", "3", "--balance", "nodes", "--out", str(tmp_path / "p"))

@@ -113,6 +113,20 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
     return choice.parts
 
 
+def kept_if_faster(args: argparse.Namespace, graph, chosen, refined):
+    """--refine on the cost model's choice: kept only where the predicted slowest rank falls (the default's
+    promise), said in one line either way."""
+    from gnn_dist.cli.partition_cmd import log
+    from partition.costmodel import part_counts, predict
+
+    src, dst = graph.edge_index()
+    before, after = (predict(part_counts(src, dst, p, args.parts), workload(args, graph), args.machine_profile).epoch_s
+                     for p in (chosen, refined))
+    keep = after < before
+    log(f"cost model: refinement {'kept' if keep else 'left out'}: predicted epoch {before:.4g} -> {after:.4g} s")
+    return refined if keep else chosen
+
+
 def predicted(args: argparse.Namespace, graph, written: dict) -> str:
     """The written partition's predicted epoch: the busiest rank and its bottleneck, then each rank's figures."""
     from partition.costmodel import format_ranks, parts_from_meta, predict

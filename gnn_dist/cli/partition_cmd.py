@@ -242,7 +242,8 @@ def assign(args: argparse.Namespace, graph, balance: tuple):
         else:
             parts = assign_parts(graph, args.parts, args.method, **kwargs)
     if args.refine:
-        parts = refine(graph, parts, args.parts)
+        refined = refine(graph, parts, args.parts)
+        parts = cost_report.kept_if_faster(args, graph, parts, refined) if getattr(args, "cost_choice", None) else refined
     return parts, kwargs
 
 
