@@ -73,8 +73,9 @@ def _number(name: str, v: object, source: str) -> float | int:
         raise DataError(f"machine profile {source}: '{name}' must be a number, got {str(v)[:40]!r}")
     if name in WHOLE and isinstance(v, float) and v != int(v):
         raise DataError(f"machine profile {source}: '{name}' must be a whole number, got {v!r}")
+    fmt = "d" if name in WHOLE else "g"
     if not lo <= v <= hi:  # exact for ints of any size: no float conversion
-        raise DataError(f"machine profile {source}: '{name}' must be between {lo:g} and {hi:g}, got {str(v)[:40]}")
+        raise DataError(f"machine profile {source}: '{name}' must be between {lo:{fmt}} and {hi:{fmt}}, got {str(v)[:40]}")
     return int(v) if name in WHOLE else float(v)
 
 
