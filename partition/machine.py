@@ -58,6 +58,32 @@ DEFAULT = Machine(name="default", sparse_per_core=2.05e9, dense_per_core=33.0e9,
                   latency_s=646e-6)
 
 
+# Each number's plausible range (low, high): a profile outside them is a typo or a lie, and the model's
+# seconds would overflow to inf or round to nothing. Rates span a slow core to a large accelerator.
+LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elementwise_per_core": (1e3, 1e15),
+          "step_s": (0.0, 3600.0), "cores_per_host": (1, 1 << 20), "ranks_per_host": (0, 1 << 20),
+          "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15)}
+WHOLE = ("cores_per_host", "ranks_per_host")
+
+
+def _number(name: str, v: object, source: str) -> float | int:
+    """One field's value, checked against LIMITS (whole numbers for the counts): one line if it is not."""
+    lo, hi = LIMITS[name]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        raise DataError(f"machine profile {source}: '{name}' must be a number, got {str(v)[:40]!r}")
+    if name in WHOLE and isinstance(v, float) and v != int(v):
+        raise DataError(f"machine profile {source}: '{name}' must be a whole number, got {v!r}")
+    fmt = "d" if name in WHOLE else "g"
+    if not lo <= v <= hi:  # exact for ints of any size: no float conversion
+        raise DataError(f"machine profile {source}: '{name}' must be between {lo:{fmt}} and {hi:{fmt}}, got {str(v)[:40]}")
+    return int(v) if name in WHOLE else float(v)
+
+
+def good_name(v: object) -> bool:
+    """A profile's name: one printable line, short enough to print beside every prediction."""
+    return isinstance(v, str) and v.isprintable() and 0 < len(v) <= 100
+
+
 def from_dict(data: object, source: str) -> Machine:
     """A profile from parsed JSON, every field checked: one line naming the first bad one."""
     if not isinstance(data, dict):
@@ -66,26 +92,20 @@ def from_dict(data: object, source: str) -> Machine:
     unknown = sorted(set(data) - set(names))
     if unknown:
         raise DataError(f"machine profile {source}: unknown field '{unknown[0]}' (fields: {', '.join(names)})")
-    out = {}
-    for f in fields(Machine):
-        if f.name == "link_burst_bytes" and f.name not in data:  # optional: most links shape no bursts
+    out: dict = {}
+    for name in names:
+        if name == "link_burst_bytes" and name not in data:  # optional: most links shape no bursts
             continue
-        if f.name not in data:
-            raise DataError(f"machine profile {source} lacks the field '{f.name}'")
-        v = data[f.name]
-        if f.name == "name":
-            out[f.name] = str(v)
+        if name not in data:
+            raise DataError(f"machine profile {source} lacks the field '{name}'")
+        v = data[name]
+        if name == "name":
+            if not good_name(v):
+                raise DataError(f"machine profile {source}: 'name' must be a printable string of 1 to 100 "
+                                f"characters, got {str(v)[:40]!r}")
+            out[name] = v
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise DataError(f"machine profile {source}: '{f.name}' must be a number, got {v!r}")
-        whole = f.name in ("cores_per_host", "ranks_per_host")
-        if whole and (v != int(v) or v < (0 if f.name == "ranks_per_host" else 1)):
-            raise DataError(f"machine profile {source}: '{f.name}' must be a whole number >= "
-                            f"{0 if f.name == 'ranks_per_host' else 1}, got {v!r}")
-        zero_ok = f.name in ("latency_s", "step_s", "link_burst_bytes")
-        if not whole and (v < 0 if zero_ok else v <= 0):
-            raise DataError(f"machine profile {source}: '{f.name}' must be {'>= 0' if zero_ok else '> 0'}, got {v!r}")
-        out[f.name] = int(v) if whole else float(v)
+        out[name] = _number(name, v, source)
     return Machine(**out)
 
 
@@ -106,6 +126,12 @@ def load(path: str | None) -> Machine:
 
 def save(machine: Machine, path: str) -> None:
     """Write atomically: a profile is either the old one or the new one, never half of one."""
+    from partition.errors import UsageError
     from partition.store import write_atomic
 
-    write_atomic(Path(path), lambda f: f.write((json.dumps(asdict(machine), indent=2) + "\n").encode()))
+    target = Path(path)
+    try:
+        write_atomic(target, lambda f: f.write((json.dumps(asdict(machine), indent=2) + "\n").encode()))
+    except OSError as e:
+        target.with_name(target.name + ".tmp").unlink(missing_ok=True)
+        raise UsageError(f"cannot write the machine profile {path}: {e.strerror or e}") from None

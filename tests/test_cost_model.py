@@ -41,6 +41,9 @@ def test_grid_is_a_lattice_and_shuffling_only_renames():
     assert np.array_equal(shuffled.y[perm], plain.y)
     with pytest.raises(DataError, match="grid"):
         load_dataset("grid:width=1,height=1")
+    for huge in ("width=100000,height=100000,depth=100000", "width=200000,height=200000"):  # refused before allocating
+        with pytest.raises(DataError, match="grid: .* nodes"):
+            load_dataset(f"grid:{huge}")
 
 
 def test_counts_from_an_assignment_match_the_written_plans(rmat):
@@ -99,6 +102,12 @@ def test_profiles_round_trip_and_bad_ones_fail_in_one_line(tmp_path):
                          (dict(good, gpus=1), "unknown field 'gpus'"), (dict(good, dense_per_core="fast"), "dense")):
         with pytest.raises(DataError, match=needle):
             from_dict(edit, "m.json")
+    # lying numbers: too large for a float, a rate that would make every prediction inf, NaN, a name not a string
+    for edit, needle in ((dict(good, cores_per_host=10 ** 400), "between"), (dict(good, sparse_per_core=1e-320), "between"),
+                         (dict(good, step_s=1e308), "between"), (dict(good, latency_s=float("nan")), "number"),
+                         (dict(good, name={"a": 1}), "'name'")):
+        with pytest.raises(DataError, match=needle):
+            from_dict(edit, "m.json")
     f.write_text("{not json")
     with pytest.raises(DataError, match="not JSON"):
         load(str(f))
@@ -127,9 +136,23 @@ def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "busiest rank" in r.stdout and "bottleneck" in r.stdout
     assert "the shipped default profile" in r.stderr and "predicted epoch by candidate" in r.stderr
+    typed = run_cli("partition", "--dataset", "hsbm:papers=300,authors=200", "--parts", "2", "--out", str(tmp_path / "t"))
+    assert typed.returncode == 0 and "cost model" not in typed.stderr, typed.stderr  # not priced: not named
     (tmp_path / "bad.json").write_text(json.dumps({"name": "x"}))
     one_error_line(run_cli("partition", "--dataset", "cora", "--parts", "2", "--out", str(tmp_path / "q"),
                            "--machine", str(tmp_path / "bad.json")), "lacks the field", strict=False)
+
+
+def test_refine_on_the_default_is_kept_only_when_predicted_faster(tmp_path):
+    spec = "rmat:scale=13,edges=120000,seed=1"  # here refining the cost-weighted choice predicts slower
+    plain = run_cli("partition", "--dataset", spec, "--parts", "4", "--out", str(tmp_path / "a"))
+    refined = run_cli("partition", "--dataset", spec, "--parts", "4", "--refine", "--out", str(tmp_path / "b"))
+    assert plain.returncode == refined.returncode == 0, refined.stderr
+    assert "refinement left out" in refined.stderr, refined.stderr
+    from partition.store import read_meta, read_node_map
+
+    a, b = (read_node_map(tmp_path / d, read_meta(tmp_path / d)) for d in "ab")
+    assert np.array_equal(a, b)
 
 
 def test_balance_nodes_is_the_node_balanced_partition(tmp_path):
@@ -149,6 +172,13 @@ def test_profile_machine_writes_a_profile_the_model_reads(tmp_path):
     m = load(str(tmp_path / "m.json"))
     assert m.sparse_per_core > 0 and m.cores_per_host >= 1 and m.ranks_per_host == 0
     assert f"wrote {tmp_path / 'm.json'}" in r.stdout
+    # refused before measuring, in one line: a folder, a missing folder, a name the profile could not keep, huge rows
+    for flags, needle in ((["--out", str(tmp_path)], "is a folder"),
+                          (["--out", str(tmp_path / "no" / "m.json")], "does not exist"),
+                          (["--out", str(tmp_path / "n.json"), "--name", "a\nb"], "--name"),
+                          (["--out", str(tmp_path / "n.json"), "--rows", str(10 ** 10)], "--rows")):
+        one_error_line(run_cli("profile-machine", *flags), needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # nothing else written, no .tmp left
 
 
 @pytest.mark.slow
@@ -172,3 +202,26 @@ def test_every_rank_logs_compute_and_wait_and_info_sets_them_beside_the_predicti
     info = run_cli("info", "--run", str(log))
     assert info.returncode == 0, info.stderr
     assert "pred compute" in info.stdout and "predicted" in info.stdout and "busiest rank" in info.stdout
+
+
+def test_info_run_reads_old_cut_and_garbage_logs(tmp_path):
+    """Logs from before per-rank times, a last line cut mid-write, and garbage: a summary or one line, no traceback."""
+    from gnn_dist.cli.info import summarise_run
+
+    pred = {"machine": "m", "epoch_s": 0.5, "busiest": 1, "bottleneck": "wire", "rank_compute_s": [0.1, 0.2],
+            "rank_wire_s": [0.3, 0.3]}
+    epoch = {"epoch": 0, "loss": 1.0, "epoch_time": 0.0, "rank_compute_s": [0.0, 0.0], "rank_wait_s": [0.0, 0.0]}
+    log = tmp_path / "run.jsonl"
+    log.write_text(json.dumps({"epoch": 0, "loss": 1.0, "epoch_time": 0.4}) + "\n")  # before this change
+    assert "1 epochs" in summarise_run(str(log)) and "per rank" not in summarise_run(str(log))
+    log.write_text(json.dumps(dict(epoch, prediction=pred)) + "\n" + json.dumps(epoch)[:30])  # killed mid-write
+    text = summarise_run(str(log))
+    assert "1 epochs" in text and "cut off" in text and "busiest rank 1" in text  # a zero epoch divides nothing
+    for bad in ("5", json.dumps(dict(epoch, rank_compute_s=None)), json.dumps(dict(epoch, rank_wait_s=[0.0])),
+                json.dumps(dict(epoch, prediction={"machine": "m"})), json.dumps(dict(epoch, epoch_time="x")),
+                json.dumps(dict(epoch, halo=3))):
+        log.write_text(bad + "\n")
+        with pytest.raises(DataError, match="line 1"):
+            summarise_run(str(log))
+    log.write_bytes(b"\xff\xfe garbage")
+    one_error_line(run_cli("info", "--run", str(log)), "not text")

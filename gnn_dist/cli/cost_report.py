@@ -63,18 +63,23 @@ def measured_against_predicted(records: list[dict], prediction: dict | None, ski
         lines.append(line)
     if prediction:
         lines.append(f"epoch: measured {epoch:.4f} s, predicted {prediction['epoch_s']:.4f} s "
-                     f"({prediction['epoch_s'] / epoch:.2f}x; busiest rank {prediction['busiest']}, bottleneck "
+                     f"({prediction['epoch_s'] / max(epoch, 1e-9):.2f}x; busiest rank {prediction['busiest']}, bottleneck "
                      f"{prediction['bottleneck']})")
     return lines
 
 
-def load_machine(path: str | None):
-    """The profile in `path`, or the shipped default; says which on stderr."""
+def say_machine(args: argparse.Namespace, graph) -> None:
+    """On stderr, the profile the cost model uses (plain graphs), or that --machine goes unused (typed, dynamic)."""
     from gnn_dist.cli.partition_cmd import log
+    from partition.graph import Graph
 
-    profile = read_profile(path)
-    log(f"cost model: {profile.describe()}" + (f" (from {path})" if path else " (the shipped default profile)"))
-    return profile
+    if not isinstance(graph, Graph):
+        if args.machine:
+            log("note: --machine is not used: the cost model prices plain graphs, not typed or dynamic ones")
+        return
+    profile = args.machine_profile
+    log(f"cost model: {profile.describe()}" + (f" (from {args.machine})" if args.machine else
+                                                " (the shipped default profile)"))
 
 
 def check_workload(args: argparse.Namespace) -> None:
@@ -106,6 +111,20 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
         + f"; chose {choice.name} (--balance nodes keeps node counts only)")
     args.cost_choice = choice.name
     return choice.parts
+
+
+def kept_if_faster(args: argparse.Namespace, graph, chosen, refined):
+    """--refine on the cost model's choice: kept only where the predicted slowest rank falls (the default's
+    promise), said in one line either way."""
+    from gnn_dist.cli.partition_cmd import log
+    from partition.costmodel import part_counts, predict
+
+    src, dst = graph.edge_index()
+    before, after = (predict(part_counts(src, dst, p, args.parts), workload(args, graph), args.machine_profile).epoch_s
+                     for p in (chosen, refined))
+    keep = after < before
+    log(f"cost model: refinement {'kept' if keep else 'left out'}: predicted epoch {before:.4g} -> {after:.4g} s")
+    return refined if keep else chosen
 
 
 def predicted(args: argparse.Namespace, graph, written: dict) -> str:

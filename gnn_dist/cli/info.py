@@ -101,16 +101,12 @@ def export_split(path: str, meta: dict, out: str, verify: bool = True) -> str:
 
 def summarise_run(path: str) -> str:
     """Per-channel means over a training log: bytes per peer, time waited, staleness, bits, quantisation variance."""
-    import json
     from pathlib import Path
 
     f = Path(path)
     if not f.is_file():
         raise DataError(f"training log {f} does not exist")
-    try:
-        records = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    except json.JSONDecodeError as e:
-        raise DataError(f"training log {f} is not JSON lines: {e}") from None
+    records, cut = read_log(f)
     errors = [r["error"] for r in records if "error" in r]
     predictions = [r["prediction"] for r in records if "prediction" in r]
     records = [r for r in records if "epoch_time" in r]
@@ -123,6 +119,8 @@ def summarise_run(path: str) -> str:
              + "".join(f", {k} {last[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in last)]
     if errors:
         lines.append(f"the run failed: {errors[-1]}")
+    if cut:
+        lines.append("(its last line was cut off, the run stopped while writing it: left out)")
     from gnn_dist.cli.cost_report import measured_against_predicted
 
     lines += measured_against_predicted(records, predictions[-1] if predictions else None)
@@ -148,3 +146,57 @@ def summarise_run(path: str) -> str:
             lines.append(f"{name:<10} {kb:<36} {1e3 * a['wait_s'] / n:>8.2f} {a['staleness']:>5} {bits:<16} "
                          f"{a['qvar'] / a['n']:>10.3g}")
     return "\n".join(lines)
+
+
+def _numbers(v: object, size: int | None = None) -> bool:
+    """A list of finite numbers (of `size` entries where given): what a log's per-rank fields must be."""
+    import math
+
+    return (isinstance(v, list) and (size is None or len(v) == size)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v))
+
+
+def _bad_field(r: dict) -> str | None:
+    """The first field of one log record that a summary would misread, or None."""
+    loss = r.get("loss")  # NaN where a run diverged: a number still
+    if "epoch_time" in r and not (_numbers([r.get("epoch_time")]) and isinstance(loss, (int, float))):
+        return "an epoch's epoch_time or loss is missing or not a number"
+    if not isinstance(r.get("halo", {}), dict) or not all(isinstance(c, dict) for c in r.get("halo", {}).values()):
+        return "halo is not an object of channels"
+    if "rank_compute_s" in r or "rank_wait_s" in r:
+        if not _numbers(r.get("rank_compute_s")) or not _numbers(r.get("rank_wait_s"), len(r["rank_compute_s"])):
+            return "rank_compute_s and rank_wait_s are not lists of numbers of one length"
+    pred = r.get("prediction")
+    if pred is not None and not (isinstance(pred, dict) and _numbers([pred.get("epoch_s")]) and pred["epoch_s"] > 0
+                                 and _numbers(pred.get("rank_compute_s"))
+                                 and _numbers(pred.get("rank_wire_s"), len(pred["rank_compute_s"]))
+                                 and {"machine", "busiest", "bottleneck"} <= set(pred)):
+        return "prediction lacks epoch_s, rank_compute_s, rank_wire_s, machine, busiest or bottleneck"
+    return None
+
+
+def read_log(f) -> tuple[list[dict], bool]:
+    """A training log's records, each checked (one line naming the first bad one), and whether its last line
+    was cut off mid-write (a run killed while logging), which is left out rather than refused."""
+    import json
+
+    try:
+        text = f.read_bytes().decode()
+    except UnicodeDecodeError:
+        raise DataError(f"training log {f} is not text (JSON lines)") from None
+    lines = [(k + 1, line) for k, line in enumerate(text.splitlines()) if line.strip()]
+    cut = False
+    records = []
+    for number, line in lines:
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == lines[-1][0] and not text.endswith("\n") and len(lines) > 1:
+                cut = True
+                continue
+            raise DataError(f"training log {f} is not JSON lines: line {number}: {e}") from None
+        problem = "not a JSON object" if not isinstance(r, dict) else _bad_field(r)
+        if problem:
+            raise DataError(f"training log {f}, line {number}: {problem}")
+        records.append(r)
+    return records, cut

@@ -134,11 +134,12 @@ def run(args: argparse.Namespace) -> int:
     args.by_cost = not balance  # the default: the cost model's choice (--balance nodes: node counts only)
     balance = tuple(b for b in balance if b != "nodes")
     cost_report.check_workload(args)
-    args.machine_profile = cost_report.load_machine(args.machine)  # a bad profile fails before the load too
+    args.machine_profile = cost_report.read_profile(args.machine)  # a bad profile fails before the load too
     method_options(args)  # a flag the method does not take fails before the load too
     t0 = time.perf_counter()
     log(f"loading {args.dataset}")
     graph = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)
+    cost_report.say_machine(args, graph)
     if args.assignment:
         if isinstance(graph, (Snapshots, TypedGraph)):
             raise UsageError("--assignment applies to plain graphs, not dynamic or typed ones")
@@ -241,7 +242,8 @@ def assign(args: argparse.Namespace, graph, balance: tuple):
         else:
             parts = assign_parts(graph, args.parts, args.method, **kwargs)
     if args.refine:
-        parts = refine(graph, parts, args.parts)
+        refined = refine(graph, parts, args.parts)
+        parts = cost_report.kept_if_faster(args, graph, parts, refined) if getattr(args, "cost_choice", None) else refined
     return parts, kwargs
 
 

@@ -205,11 +205,32 @@ def measure(args: argparse.Namespace):
                    link_bytes_per_s=link, latency_s=latency, **per_core)
 
 
+MAX_ROWS = 2_000_000  # the operands take about 1.7 KB a row (128 columns, 10 edges a row): 3.4 GB here
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """The profile can be written where asked, and its name read back (one line, before measuring)."""
+    from pathlib import Path
+
+    from partition.machine import good_name
+
+    out = Path(args.out)
+    if args.link:  # only rank 0 writes, and other hosts may not have its folder: a rank failing alone would hang
+        pass
+    elif out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give the JSON file to write")
+    elif not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        raise UsageError(f"--out {out}: the folder {out.parent} does not exist or is not writable")
+    if args.name is not None and not good_name(args.name):
+        raise UsageError(f"--name must be a printable string of 1 to 100 characters, got {args.name[:40]!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from partition.machine import save
 
-    if args.rows < 1000 or args.repeat < 1:
-        raise UsageError(f"--rows must be >= 1000 and --repeat >= 1, got {args.rows} and {args.repeat}")
+    if not 1000 <= args.rows <= MAX_ROWS or not 1 <= args.repeat <= 1000:
+        raise UsageError(f"--rows must be 1000 to {MAX_ROWS} and --repeat 1 to 1000, got {args.rows} and {args.repeat}")
+    check_out(args)  # before minutes of measuring
     machine = measure(args)
     if machine is None:
         return 0

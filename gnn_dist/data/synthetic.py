@@ -116,6 +116,22 @@ def rmat(scale: int = 16, edges: int = 500_000, a: float = 0.57, b: float = 0.19
                             num_classes=classes)
 
 
+GRID_BYTES_PER_NODE = 512  # the build's peak above the features (measured 3-D, 16 features: 433 bytes a node in all)
+
+
+def _check_room(what: str, nodes: int, bytes_per_node: int) -> None:
+    """Refuse, in one line and before allocating, a graph whose build would not fit in the memory available."""
+    from partition.memory import available_bytes
+
+    if nodes > 2**40:
+        raise DataError(f"{what}: {nodes} nodes is more than 2^40")
+    room, source = available_bytes()
+    need = nodes * bytes_per_node
+    if room is not None and need > room:
+        raise DataError(f"{what}: {nodes} nodes need about {need / 2**30:.1f} GiB to build, more than the "
+                        f"{room / 2**30:.1f} GiB available ({source})")
+
+
 def grid(width: int = 100, height: int = 100, depth: int = 1, classes: int = 8, features: int = 16,
          signal: float = 0.3, shuffle: int = 0, train: float = 0.1, val: float = 0.1, test: float = 0.8,
          seed: int = 0) -> Graph:
@@ -130,9 +146,10 @@ def grid(width: int = 100, height: int = 100, depth: int = 1, classes: int = 8, 
         raise DataError("grid needs width, height, depth >= 1 (at least 2 points), classes >= 1, features >= 1")
     if shuffle not in (0, 1):
         raise DataError(f"grid: shuffle must be 0 or 1, got {shuffle}")
+    n = width * height * depth
+    _check_room("grid", n, GRID_BYTES_PER_NODE + 4 * features)
     rng = np.random.default_rng(seed)
     shape = (width, height, depth)
-    n = width * height * depth
     ids = np.arange(n, dtype=np.int64).reshape(shape, order="F")  # the first axis varies fastest
     src, dst = [], []
     for axis in range(3):
