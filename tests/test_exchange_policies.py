@@ -285,3 +285,21 @@ def test_a_provided_tensor_is_held_weakly_and_still_served(group):
     del x
     assert ref() is None
     assert torch.equal(ex.start(y, None).wait(), y[::2])
+
+
+@pytest.mark.parametrize("cfg", [ExchangeConfig(staleness=1, momentum=0.0), ExchangeConfig(skip_threshold=10.0)])
+def test_an_owner_that_does_not_reuse_rows_is_sent_fresh_and_whole(group, cfg):
+    """Built-in layers that send rows after dropout set reuse_rows = False: staleness and skipping pass them by."""
+    fresh, reused = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    fresh.reuse_rows = False
+    ex = make(cfg)
+    for e in range(3):
+        x = torch.full((50, 3), float(2**e))
+        got = {}
+        for owner in (fresh, reused):
+            channel = ex.channel(owner, training=True)
+            got[owner] = ex.start(x, channel).wait()
+            ex.start_backward(torch.zeros_like(got[owner]), channel).wait()
+        assert torch.equal(got[fresh], x[::2])
+        if e:  # the other owner's rows are last epoch's (stale) or were not re-sent (moved less than 10x)
+            assert torch.equal(got[reused], torch.full((25, 3), 2.0 ** (e - 1) if cfg.staleness else 1.0))

@@ -48,7 +48,7 @@ class ExchangeConfig:
     # stale blocks (gnn_dist.runtime.stale): the smoothing's M, its form (feed: used = M x previous used +
     # (1 - M) x received, PipeGCN-GF; correct: received + smoothed drift), exact warm-up steps, and the change
     # test's bound on the relative drift (0: none)
-    momentum: float = 0.95
+    momentum: float = 0.8
     stale_form: str = "feed"
     stale_warmup: int = 0
     stale_bound: float = 0.0
@@ -62,6 +62,11 @@ class ExchangeConfig:
     input_cache: bool = True  # fetch the input features' halo once; exact (see input_dropout)
     # adaptive: a pinned link model {(src, dst): (seconds per byte, seconds per message)}; None: measured at start
     links: dict | None = None
+
+    @property
+    def reuses_rows(self) -> bool:
+        """Whether a step may use rows sent in an earlier step (stale blocks or skipped rows)."""
+        return self.staleness > 0 or self.skip_threshold > 0
 
     def validate(self) -> "ExchangeConfig":
         if self.codec not in codec.CODECS + ("adaptive",):
@@ -98,6 +103,7 @@ class HaloExchange:
         self._drift: dict[str, tuple] = {}  # stale: channel -> (block last received, smoothed change per step)
         self._sent_ref: dict[str, torch.Tensor] = {}
         self._held: dict[str, torch.Tensor] = {}
+        self._fresh: set[str] = set()  # channels of owners with reuse_rows = False: never stale or skipped
         self._static: tuple | None = None  # (input features, their halo rows), fetched once
         self._distinct: tuple | None = None  # (send_idx, its distinct rows, inverse)
         self._provided: tuple | None = None  # (weak ref to a tensor, its halo rows): start() on it sends nothing
@@ -141,7 +147,9 @@ class HaloExchange:
         A training call gets "L<i>", i the owner's order of first training use (the same on every
         rank, as every rank runs the same model), or "L<i>.<k>" for the owner's k-th call within
         one step; an owner with a `channel_label` attribute (e.g. "L0.author:writes:paper", set by
-        the typed models) is named by it instead. A step ends when gradients went back; a model
+        the typed models) is named by it instead. An owner whose `reuse_rows` is False (the built-in
+        models' layers that send rows after dropout: `gnn_dist.nn.boundary`) has its channels sent
+        fresh and whole whatever the staleness or skip settings. A step ends when gradients went back; a model
         that never sends any (one layer over input features) starts the next step when its first
         owner exchanges again.
         """
@@ -161,7 +169,10 @@ class HaloExchange:
         k = self._step_calls.get(owner, 0)
         self._step_calls[owner] = k + 1
         label = getattr(owner, "channel_label", None) or f"L{index}"
-        return label if k == 0 else f"{label}.{k}"
+        name = label if k == 0 else f"{label}.{k}"
+        if getattr(owner, "reuse_rows", True) is False:
+            self._fresh.add(name)
+        return name
 
     def drain(self) -> None:
         """Wait for every background (stale) exchange still in flight: a process group must not close under one."""
@@ -279,20 +290,22 @@ class HaloExchange:
         x = x.detach()
         if channel is None:
             return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)
+        fresh = channel in self._fresh
         channel = f"fwd.{channel}"
-        if self.config.skip_threshold:
+        if self.config.skip_threshold and not fresh:
             return self._start_skipping(x[self.send_idx], channel)
         pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, channel, "fwd", self.send_idx)
-        return self._through_cache(channel, pending)
+        return pending if fresh else self._through_cache(channel, pending)
 
     def start_backward(self, halo_grad: torch.Tensor, channel: str | None = None):
         """Begin returning halo-row gradients to their owners, on the channel their forward used."""
         if channel is None:
             return self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, None, "bwd")
         self._backward_seen = self._backward_ever = True
+        fresh = channel in self._fresh
         channel = f"bwd.{channel}"
         pending = self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, channel, "bwd")
-        return self._through_cache(channel, pending)
+        return pending if fresh else self._through_cache(channel, pending)
 
     def scatter_back(self, grad_inner: torch.Tensor, received) -> torch.Tensor:
         """Sum gradients that peers computed for our rows into our inner-row gradient.

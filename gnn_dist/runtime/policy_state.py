@@ -39,6 +39,14 @@ def settings(ex: "HaloExchange") -> list:
             *stale]
 
 
+def _compared(values: list | None) -> list | None:
+    """Settings as compared: the smoothing M only with staleness (its default moved from 0.95 to 0.8, and a
+    checkpoint without staleness, which M does not touch, still continues)."""
+    if not isinstance(values, list) or len(values) < 3 or values[1]:
+        return values
+    return values[:2] + values[3:]
+
+
 def _cpu(blocks: dict) -> dict:
     return {k: v.detach().cpu() for k, v in blocks.items()}
 
@@ -65,7 +73,7 @@ def mismatch(ex: "HaloExchange", state: dict) -> str | None:
     """Why `state` cannot continue exchange `ex`: another partition or other policy settings; None if it can."""
     if state.get("plan") != [list(ex.send_counts), list(ex.recv_counts)]:
         return "the partition's halo plan differs from the checkpoint's"
-    if state.get("settings") != settings(ex):
+    if _compared(state.get("settings")) != _compared(settings(ex)):
         return "the exchange settings (codec, staleness, skipping, adaptive) differ from the checkpoint's"
     return None
 
