@@ -32,10 +32,11 @@ def _losses(log) -> list[float]:
 
 @pytest.mark.slow
 def test_skipping_nothing_trains_alike_at_any_rank_count(tmp_path):
-    """With rows reused (here: skipped only if they did not move at all, so every value is exact), the hidden
-    layers' halo copies are dropped by node id exactly as their owners drop them: 2 and 3 ranks, whose
-    halos differ, see the same masks and train alike (GIN: every layer aggregates its input). (Dropped after sending, with each rank's own mask
-    stream, the two runs' losses part at the first epoch: checked by sending after dropout.)"""
+    """With rows reused (here: skipped only if they did not move at all, so every value is exact), the
+    hidden layers' halo copies are dropped by node id exactly as their owners drop them: 2 and 3 ranks,
+    whose halos differ, see the same masks and train alike (GIN: every layer aggregates its input).
+    Dropped after sending, with each rank's own mask stream, the runs' losses part at the first epoch
+    (checked by planting that)."""
     spec = "sbm:nodes=600,avg_degree=8,features=16,classes=4,seed=3"
     logs = {}
     for parts in (2, 3):

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from gnn_dist.graph.local import LocalGraph
-from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
 from gnn_dist.nn.boundary import hidden_dropout
+from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
 from gnn_dist.nn.dropout import input_dropout, relu_dropout
 
 MODELS = ("gcn", "sage", "gat", "gin")
