@@ -78,7 +78,8 @@ def mismatch(ex: "HaloExchange", state: dict) -> str | None:
         return "the partition's halo plan differs from the checkpoint's"
     now = settings(ex)
     if ex.config.reuses_rows and _compared(state.get("settings")) == _compared(now[:-1]):
-        return "the checkpoint's stale blocks or skip references hold rows sent after dropout (an older version)"
+        return ("the checkpoint was written by an older version, whose stale blocks and skip references hold rows "
+                "sent after dropout")
     if _compared(state.get("settings")) != _compared(now):
         return "the exchange settings (codec, staleness, skipping, adaptive) differ from the checkpoint's"
     return None
