@@ -50,3 +50,15 @@ def test_skipping_nothing_trains_alike_at_any_rank_count(tmp_path):
     assert len(two) == len(three) == 6
     assert two == pytest.approx(three, rel=1e-5, abs=1e-6)
     assert two[-1] < two[0]
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gat"])
+def test_without_dropout_every_layer_may_reuse_rows(kind):
+    """Rows are kept fresh only because dropout's mask moves them each step; with `--dropout 0` nothing
+    does, so staleness and skipping keep saving every layer's exchange (GAT's included), as before."""
+    from gnn_dist.nn.models import GNN
+
+    plain = GNN(kind, 16, 32, 4, layers=3, dropout=0.0)
+    assert all(conv.reuse_rows for conv in plain.convs)
+    dropped = GNN(kind, 16, 32, 4, layers=3, dropout=0.5)
+    assert not dropped.convs[-1].reuse_rows  # a narrowing last layer (or GAT) sends x W of dropped rows

@@ -42,8 +42,9 @@ class GNN(nn.Module):
             self.convs.append(make_conv(kind, d_in, dims[i + 1], heads, last=i == layers - 1))
             self.aggregates_input.append(kind == "gin" or (kind in ("gcn", "sage") and d_in <= dims[i + 1]))
             # rows reused across steps (stale, skipped) only where they cross before dropout (hidden_dropout):
-            # a reused row sent after dropout carries another step's mask (measured: docs/benchmarks.md)
-            self.convs[i].reuse_rows = i > 0 and self.aggregates_input[i]
+            # a reused row sent after dropout carries another step's mask (measured: docs/benchmarks.md);
+            # without dropout there is no mask, and every layer's rows may be reused as before
+            self.convs[i].reuse_rows = dropout == 0 or (i > 0 and self.aggregates_input[i])
 
     def forward(self, x: torch.Tensor, graph: LocalGraph, embed: bool = False) -> torch.Tensor:
         """Class logits; with `embed`, the node embeddings the last layer reads instead."""

@@ -147,11 +147,10 @@ class HaloExchange:
         A training call gets "L<i>", i the owner's order of first training use (the same on every
         rank, as every rank runs the same model), or "L<i>.<k>" for the owner's k-th call within
         one step; an owner with a `channel_label` attribute (e.g. "L0.author:writes:paper", set by
-        the typed models) is named by it instead. An owner whose `reuse_rows` is False (the built-in
-        models' layers that send rows after dropout: `gnn_dist.nn.boundary`) has its channels sent
-        fresh and whole whatever the staleness or skip settings. A step ends when gradients went back; a model
-        that never sends any (one layer over input features) starts the next step when its first
-        owner exchanges again.
+        the typed models) is named by it instead; an owner whose `reuse_rows` is False (`gnn_dist.nn.boundary`)
+        has its channels sent fresh and whole under any staleness or skipping. A step ends when gradients
+        went back; a model that never sends any (one layer over input features) starts the next step when
+        its first owner exchanges again.
         """
         if not training:
             return None
@@ -290,22 +289,19 @@ class HaloExchange:
         x = x.detach()
         if channel is None:
             return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)
-        fresh = channel in self._fresh
-        channel = f"fwd.{channel}"
-        if self.config.skip_threshold and not fresh:
-            return self._start_skipping(x[self.send_idx], channel)
-        pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, channel, "fwd", self.send_idx)
-        return pending if fresh else self._through_cache(channel, pending)
+        if self.config.skip_threshold and channel not in self._fresh:
+            return self._start_skipping(x[self.send_idx], f"fwd.{channel}")
+        pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, f"fwd.{channel}", "fwd", self.send_idx)
+        return self._through_cache(f"fwd.{channel}", pending)
 
     def start_backward(self, halo_grad: torch.Tensor, channel: str | None = None):
         """Begin returning halo-row gradients to their owners, on the channel their forward used."""
         if channel is None:
             return self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, None, "bwd")
         self._backward_seen = self._backward_ever = True
-        fresh = channel in self._fresh
         channel = f"bwd.{channel}"
         pending = self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, channel, "bwd")
-        return pending if fresh else self._through_cache(channel, pending)
+        return self._through_cache(channel, pending)
 
     def scatter_back(self, grad_inner: torch.Tensor, received) -> torch.Tensor:
         """Sum gradients that peers computed for our rows into our inner-row gradient.
@@ -318,8 +314,8 @@ class HaloExchange:
 
     # ---------------------------------------------------------------- caches
     def _through_cache(self, channel: str, pending: Pending):
-        """staleness S: the block this step uses while the fresh one travels (`gnn_dist.runtime.stale`)."""
-        return stale.through_cache(self, channel, pending)
+        """staleness S: the block this step uses while the fresh one travels (`stale`); `_fresh` ones pass by."""
+        return pending if channel[4:] in self._fresh else stale.through_cache(self, channel, pending)
 
     def _start_skipping(self, rows: torch.Tensor, channel: str):
         """Send only rows that moved by more than the threshold since last sent; refresh all periodically."""
