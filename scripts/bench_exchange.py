@@ -53,6 +53,7 @@ SETTINGS = {
     "stale1-stale-grads": ["--staleness", "1", "--stale-grads", "same"],
     "adaptive+stale1-stale-grads": ["--codec", "adaptive", "--staleness", "1", "--stale-grads", "same"],
     "skip": ["--skip-threshold", "1"],
+    "adaptive+skip": ["--codec", "adaptive", "--skip-threshold", "1"],
     "auto": ["--exchange", "auto"],
     "compute-only": ["--compute-only"],
 }

@@ -1,5 +1,7 @@
 """Run under mpiexec by tests/test_resume_policies.py: per exchange policy, a run straight through, and a run
-stopped after a checkpoint then resumed by fresh objects; plus every hidden dropout mask the straight runs drew.
+stopped after a checkpoint then resumed by fresh objects; plus every hidden dropout mask the straight runs drew,
+and how many rows' masks were keyed by node id (gnn_dist.nn.boundary: the hidden layer that aggregates its input,
+under the policies that reuse rows).
 
 Usage: mpiexec -n 2 python tests/resume_worker.py OUT PART_DIR
 Writes OUT/<policy>-rank<R>.npz: per-epoch losses of both runs, final weights of both, and the masks.
@@ -13,7 +15,7 @@ import numpy as np
 import torch
 
 from gnn_dist.graph.load import load_partition
-from gnn_dist.nn import build_model
+from gnn_dist.nn import boundary, build_model
 from gnn_dist.nn import dropout as dropout_mod
 from gnn_dist.runtime import streams
 from gnn_dist.runtime.exchange import ExchangeConfig
@@ -55,11 +57,24 @@ def record_masks() -> list:
     return masks
 
 
+def count_keyed() -> list:
+    """Rows (inner and halo) dropped by `boundary.KeyedDropout` from now on: the policy reached the keyed path."""
+    rows, forward = [], boundary.KeyedDropout.forward
+
+    def spy(ctx, x, ids, p, key):
+        rows.append(int(x.shape[0]))
+        return forward(ctx, x, ids, p, key)
+
+    boundary.KeyedDropout.forward = staticmethod(spy)
+    return rows
+
+
 def run(part: str, ctx, config: dict, epochs: int, ckpt: Path | None, resume: bool = False):
     """Fresh partition, exchange, model and trainer, as a new process would make them."""
     graph = load_partition(part, ctx, exchange=ExchangeConfig(**config))
     torch.manual_seed(SEED)
-    model = build_model("gcn", graph.num_features, 32, graph.num_classes, layers=2, dropout=0.5)
+    # 32 -> 32 aggregates its input: where rows are reused, they cross before dropout (gnn_dist.nn.boundary)
+    model = build_model("gcn", graph.num_features, 32, graph.num_classes, layers=3, dropout=0.5)
     trainer = Trainer(model, graph, ctx, seed=SEED, eval_every=0, progress=False,
                       checkpoint_dir=str(ckpt) if ckpt else None, checkpoint_every=STOP if ckpt else 0)
     trainer.fit(epochs, resume=resume)
@@ -69,16 +84,16 @@ def run(part: str, ctx, config: dict, epochs: int, ckpt: Path | None, resume: bo
 def main() -> None:
     out, part = Path(sys.argv[1]), sys.argv[2]
     ctx = init(expected_world=2)
-    masks = record_masks()
+    masks, keyed = record_masks(), count_keyed()
     for name, config in POLICIES.items():
-        del masks[:]
+        del masks[:], keyed[:]
         straight, w_straight = run(part, ctx, config, EPOCHS, None)
-        drawn = list(masks)
+        drawn, keyed_rows = list(masks), sum(keyed)
         ckpt = out / f"ckpt-{name}"
         run(part, ctx, config, STOP, ckpt)
         resumed, w_resumed = run(part, ctx, config, EPOCHS, ckpt, resume=True)
         np.savez(out / f"{name}-rank{ctx.rank}.npz", straight=np.array(straight), resumed=np.array(resumed),
-                 weights_equal=all(torch.equal(w_straight[k], w_resumed[k]) for k in w_straight),
+                 weights_equal=all(torch.equal(w_straight[k], w_resumed[k]) for k in w_straight), keyed=keyed_rows,
                  **{f"mask{i}": m for i, m in enumerate(drawn)})
     ctx.close()
 

@@ -54,7 +54,7 @@ def test_unknown_model(karate2):
 
 @pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
 def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
-    """Every rank finds the empty train mask alike: one line each, exit 2, no abort at exit."""
+    """Every rank finds the empty train mask alike: the one line (once per rank, at most), exit 2, no abort."""
     import numpy as np
 
     from tests.conftest import write_npz_graph
@@ -69,7 +69,9 @@ def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
                         "--quiet"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert lines == ["gnn-dist train: error: no training nodes in the partition (train mask empty on every rank)"] * 2
+    # each rank prints the line; mpiexec may end a rank before it does, once another rank exited with 2
+    assert 1 <= len(lines) <= 2, r.stderr
+    assert set(lines) == {"gnn-dist train: error: no training nodes in the partition (train mask empty on every rank)"}
 
 
 @pytest.mark.parametrize("flag,value,needle", [

@@ -39,7 +39,7 @@ def test_epochs_to_the_target_weigh_in_not_epoch_time_alone():
 
 def test_every_candidate_was_measured_to_pay():
     """Auto picks only settings measured to pay: exact, and settings with a finite epochs factor; staleness
-    and skipping were measured not to (docs/benchmarks.md), so no candidate sets them."""
+    and skipping were not measured to beat adaptive (docs/benchmarks.md), so no candidate sets them."""
     names = [c.name for c in advice.MEASURED]
     assert names[0] == "exact" and len(set(names)) == len(names)
     assert all(0 < c.epochs < float("inf") for c in advice.MEASURED)

@@ -258,7 +258,7 @@ def test_drift_after_a_warm_up_is_one_steps_change(group):
         assert torch.allclose(got, (base + t * delta)[::2], atol=1e-5), t
 
 
-@pytest.mark.parametrize("cfg", [ExchangeConfig(), ExchangeConfig(codec="adaptive"), ExchangeConfig(skip_threshold=1.0),
+@pytest.mark.parametrize("cfg", [ExchangeConfig(), ExchangeConfig(codec="adaptive"),
                                  ExchangeConfig(stale_form="correct", stale_warmup=3, stale_grads="same")])
 def test_a_checkpoint_from_before_the_stale_options_still_continues_other_settings(group, cfg):
     """Without staleness the stale options change nothing, so they do not make an older checkpoint's state
@@ -285,3 +285,34 @@ def test_a_provided_tensor_is_held_weakly_and_still_served(group):
     del x
     assert ref() is None
     assert torch.equal(ex.start(y, None).wait(), y[::2])
+
+
+@pytest.mark.parametrize("cfg", [ExchangeConfig(staleness=1, momentum=0.0), ExchangeConfig(skip_threshold=10.0)])
+def test_an_owner_that_does_not_reuse_rows_is_sent_fresh_and_whole(group, cfg):
+    """Built-in layers that send rows after dropout set reuse_rows = False: staleness and skipping pass them by."""
+    fresh, reused = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    fresh.reuse_rows = False
+    ex = make(cfg)
+    for e in range(3):
+        x = torch.full((50, 3), float(2**e))
+        got = {}
+        for owner in (fresh, reused):
+            channel = ex.channel(owner, training=True)
+            got[owner] = ex.start(x, channel).wait()
+            ex.start_backward(torch.zeros_like(got[owner]), channel).wait()
+        assert torch.equal(got[fresh], x[::2])
+        if e:  # the other owner's rows are last epoch's (stale) or were not re-sent (moved less than 10x)
+            assert torch.equal(got[reused], torch.full((25, 3), 2.0 ** (e - 1) if cfg.staleness else 1.0))
+
+
+@pytest.mark.parametrize("cfg", [ExchangeConfig(skip_threshold=1.0), ExchangeConfig(staleness=1, momentum=0.0),
+                                 ExchangeConfig(staleness=1, momentum=0.95)])
+def test_reused_rows_from_before_they_crossed_before_dropout_start_afresh(group, cfg):
+    """A checkpoint written before issue 30 holds dropped rows as its stale blocks and skip references; the
+    built-in models now reuse ReLU(h) rows and drop them after: continuing would drop them twice."""
+    ex = make(cfg)
+    stale = ["feed", 0, 0.0, "fresh"] if cfg.staleness else []
+    old = [cfg.codec, cfg.staleness, cfg.momentum, cfg.skip_threshold, 10, 50, 4, *stale]  # as written before
+    why = policy_state.mismatch(ex, {"plan": [ex.send_counts, ex.recv_counts], "settings": old})
+    assert why is not None and "after dropout" in why
+    assert policy_state.mismatch(ex, policy_state.save(ex)) is None

@@ -30,12 +30,19 @@ def test_stop_and_resume_equals_the_uninterrupted_run_bit_for_bit(runs, policy):
 
 
 def test_every_policy_draws_the_dropout_masks_of_the_exact_run(runs):
-    """Hidden dropout has its own stream: quantised, stale or skipped messages draw no key from it."""
+    """Hidden dropout has its own stream: quantised, stale or skipped messages draw no key from it. Where rows
+    are reused, the layer that aggregates its input drops them keyed by node id (gnn_dist.nn.boundary) and
+    draws nothing: the narrowing layer then draws the key the exact run's first hidden layer drew."""
     for rank in (0, 1):
         exact = runs[("fp32", rank)]
-        masks = [exact[f"mask{i}"] for i in range(EPOCHS)]
-        assert len([k for k in exact.files if k.startswith("mask")]) == EPOCHS  # one hidden layer, one mask per epoch
-        assert not np.array_equal(masks[0], masks[1])  # a new mask every epoch
-        for policy in POLICIES:
+        masks = [exact[f"mask{i}"] for i in range(2 * EPOCHS)]
+        assert len([k for k in exact.files if k.startswith("mask")]) == 2 * EPOCHS  # two hidden layers
+        assert not np.array_equal(masks[0], masks[2])  # a new mask every epoch
+        assert int(exact["keyed"]) == 0
+        for policy, config in POLICIES.items():
             other = runs[(policy, rank)]
-            assert all(np.array_equal(m, other[f"mask{i}"]) for i, m in enumerate(masks)), (policy, rank)
+            reused = bool(config.get("staleness") or config.get("skip_threshold"))
+            assert (int(other["keyed"]) > 0) == reused, policy  # the keyed path ran exactly where rows are reused
+            drawn = masks[::2] if reused else masks
+            assert len([k for k in other.files if k.startswith("mask")]) == len(drawn), policy
+            assert all(np.array_equal(m, other[f"mask{i}"]) for i, m in enumerate(drawn)), (policy, rank)

@@ -24,7 +24,7 @@ def add_exchange_flags(p) -> None:
                         "for unless --stale-grads says otherwise (default 0: exact)")
     p.add_argument("--stale-momentum", type=float, default=None, metavar="M",
                    help="with --staleness: used block = M * previous + (1 - M) * received (PipeGCN-GF smoothing; "
-                        "default 0.95; 0: none, which with --stale-grads plain is PipeGCN as published)")
+                        "default 0.8; 0: none, which with --stale-grads plain is PipeGCN as published)")
     p.add_argument("--stale-form", default="feed", choices=["feed", "correct"],
                    help="with --staleness: feed the smoothed block forward (PipeGCN-GF), or correct the received "
                         "block by its smoothed drift per epoch (docs/exchange.md)")

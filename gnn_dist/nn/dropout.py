@@ -159,6 +159,11 @@ def input_dropout_key(key: int | None):
         _INPUT_KEY.reset(token)
 
 
+def input_step_key() -> int | None:
+    """The current step's keyed-dropout key (`input_dropout_key`), None outside a training step's `with`."""
+    return _INPUT_KEY.get()
+
+
 def input_dropout(x: torch.Tensor, graph, p: float, training: bool) -> torch.Tensor:
     """Dropout of the graph's input features `graph.x`, and the halo they imply handed to the exchange.
 

@@ -3,8 +3,9 @@
 Time to accuracy = epochs to the target x time per epoch (`gnn_dist.train.tta`):
 - epochs: each candidate's epochs to the target over exact's, as measured
   (`MEASURED`, with the command that measured it). A setting enters the list
-  only once it was measured to pay in the lab; staleness and skipping did not
-  (docs/benchmarks.md, "Time to accuracy"), so today auto picks exact or adaptive.
+  only once it was measured to pay in the lab; staleness and skipping pay against
+  exact but were not measured to beat adaptive (docs/benchmarks.md, "Time to
+  accuracy"), so today auto picks exact or adaptive.
 - time per epoch: this rank's compute (its own sparse products and weight
   products, timed here at the model's widths, x 3 for backward) and its
   communication: the plan's rows per peer x the wire bytes of each layer's
@@ -38,9 +39,11 @@ class Candidate:
 # Measured on SBM-50k (GCN, 3 layers, hidden 128, 150 epochs; docs/benchmarks.md "Time to accuracy"): epochs
 # for the validation-picked model to come within 0.3 points of exact's final test accuracy, over exact's; the
 # worst of 2 ranks (26 against 27), the 4-rank lab at 1 Gbit/s (30 against 29) and the 2-rank lab at 200
-# Mbit/s (30 against 30). `--staleness 1` is not a candidate: measured, it does not pay (4 ranks at 1 Gbit/s:
-# 75 epochs, 2.44x exact's time; 2 ranks at 200 Mbit/s: 0.94x, against adaptive's 0.22x), and neither does
-# skipping (4 ranks: never reached the target). `Candidate.stale` stays for a setting measured to pay later.
+# Mbit/s (30 against 30). Staleness and skipping are not candidates: they pay against exact (4 ranks at
+# 1 Gbit/s: adaptive + stale1 0.39x, adaptive + skip 0.51x; 2 ranks at 200 Mbit/s: skip 0.67x), but none was
+# measured faster than adaptive alone (0.41x and 0.19x), and a stale epoch saves only the compute the wire
+# hides where the CPU has room, which this prediction cannot see (stale1 1.02x exact's time at 4 ranks on 2
+# cores). `Candidate.stale` stays for a setting measured to beat the others later.
 MEASURED = (
     Candidate("exact", {}, 1.0, "fp32"),
     Candidate("adaptive", {"codec": "adaptive"}, 1.03, "int4"),

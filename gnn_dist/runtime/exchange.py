@@ -48,7 +48,7 @@ class ExchangeConfig:
     # stale blocks (gnn_dist.runtime.stale): the smoothing's M, its form (feed: used = M x previous used +
     # (1 - M) x received, PipeGCN-GF; correct: received + smoothed drift), exact warm-up steps, and the change
     # test's bound on the relative drift (0: none)
-    momentum: float = 0.95
+    momentum: float = 0.8
     stale_form: str = "feed"
     stale_warmup: int = 0
     stale_bound: float = 0.0
@@ -62,6 +62,11 @@ class ExchangeConfig:
     input_cache: bool = True  # fetch the input features' halo once; exact (see input_dropout)
     # adaptive: a pinned link model {(src, dst): (seconds per byte, seconds per message)}; None: measured at start
     links: dict | None = None
+
+    @property
+    def reuses_rows(self) -> bool:
+        """Whether a step may use rows sent in an earlier step (stale blocks or skipped rows)."""
+        return self.staleness > 0 or self.skip_threshold > 0
 
     def validate(self) -> "ExchangeConfig":
         if self.codec not in codec.CODECS + ("adaptive",):
@@ -98,6 +103,7 @@ class HaloExchange:
         self._drift: dict[str, tuple] = {}  # stale: channel -> (block last received, smoothed change per step)
         self._sent_ref: dict[str, torch.Tensor] = {}
         self._held: dict[str, torch.Tensor] = {}
+        self._fresh: set[str] = set()  # channels of owners with reuse_rows = False: never stale or skipped
         self._static: tuple | None = None  # (input features, their halo rows), fetched once
         self._distinct: tuple | None = None  # (send_idx, its distinct rows, inverse)
         self._provided: tuple | None = None  # (weak ref to a tensor, its halo rows): start() on it sends nothing
@@ -141,9 +147,10 @@ class HaloExchange:
         A training call gets "L<i>", i the owner's order of first training use (the same on every
         rank, as every rank runs the same model), or "L<i>.<k>" for the owner's k-th call within
         one step; an owner with a `channel_label` attribute (e.g. "L0.author:writes:paper", set by
-        the typed models) is named by it instead. A step ends when gradients went back; a model
-        that never sends any (one layer over input features) starts the next step when its first
-        owner exchanges again.
+        the typed models) is named by it instead; an owner whose `reuse_rows` is False (`gnn_dist.nn.boundary`)
+        has its channels sent fresh and whole under any staleness or skipping. A step ends when gradients
+        went back; a model that never sends any (one layer over input features) starts the next step when
+        its first owner exchanges again.
         """
         if not training:
             return None
@@ -161,7 +168,10 @@ class HaloExchange:
         k = self._step_calls.get(owner, 0)
         self._step_calls[owner] = k + 1
         label = getattr(owner, "channel_label", None) or f"L{index}"
-        return label if k == 0 else f"{label}.{k}"
+        name = label if k == 0 else f"{label}.{k}"
+        if getattr(owner, "reuse_rows", True) is False:
+            self._fresh.add(name)
+        return name
 
     def drain(self) -> None:
         """Wait for every background (stale) exchange still in flight: a process group must not close under one."""
@@ -279,11 +289,10 @@ class HaloExchange:
         x = x.detach()
         if channel is None:
             return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)
-        channel = f"fwd.{channel}"
-        if self.config.skip_threshold:
-            return self._start_skipping(x[self.send_idx], channel)
-        pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, channel, "fwd", self.send_idx)
-        return self._through_cache(channel, pending)
+        if self.config.skip_threshold and channel not in self._fresh:
+            return self._start_skipping(x[self.send_idx], f"fwd.{channel}")
+        pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, f"fwd.{channel}", "fwd", self.send_idx)
+        return self._through_cache(f"fwd.{channel}", pending)
 
     def start_backward(self, halo_grad: torch.Tensor, channel: str | None = None):
         """Begin returning halo-row gradients to their owners, on the channel their forward used."""
@@ -305,8 +314,8 @@ class HaloExchange:
 
     # ---------------------------------------------------------------- caches
     def _through_cache(self, channel: str, pending: Pending):
-        """staleness S: the block this step uses while the fresh one travels (`gnn_dist.runtime.stale`)."""
-        return stale.through_cache(self, channel, pending)
+        """staleness S: the block this step uses while the fresh one travels (`stale`); `_fresh` ones pass by."""
+        return pending if channel[4:] in self._fresh else stale.through_cache(self, channel, pending)
 
     def _start_skipping(self, rows: torch.Tensor, channel: str):
         """Send only rows that moved by more than the threshold since last sent; refresh all periodically."""

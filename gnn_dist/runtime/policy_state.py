@@ -35,8 +35,19 @@ def settings(ex: "HaloExchange") -> list:
     they change anything: a checkpoint written before they existed still continues every other setting."""
     c = ex.config
     stale = [c.stale_form, c.stale_warmup, c.stale_bound, c.stale_grads] if c.staleness else []
+    # reused rows' blocks and references hold ReLU(h) rows since issue 30 (gnn_dist.nn.boundary), dropped
+    # rows before it: an older state would feed those into another step's dropout, so it starts afresh
+    keyed = ["rows before dropout"] if c.reuses_rows else []
     return [c.codec, c.staleness, c.momentum, c.skip_threshold, c.refresh_every, c.adaptive_every, c.budget_bits,
-            *stale]
+            *stale, *keyed]
+
+
+def _compared(values: list | None) -> list | None:
+    """Settings as compared: the smoothing M only with staleness (its default moved from 0.95 to 0.8, and a
+    checkpoint without staleness, which M does not touch, still continues)."""
+    if not isinstance(values, list) or len(values) < 3 or values[1]:
+        return values
+    return values[:2] + values[3:]
 
 
 def _cpu(blocks: dict) -> dict:
@@ -65,7 +76,11 @@ def mismatch(ex: "HaloExchange", state: dict) -> str | None:
     """Why `state` cannot continue exchange `ex`: another partition or other policy settings; None if it can."""
     if state.get("plan") != [list(ex.send_counts), list(ex.recv_counts)]:
         return "the partition's halo plan differs from the checkpoint's"
-    if state.get("settings") != settings(ex):
+    now = settings(ex)
+    if ex.config.reuses_rows and _compared(state.get("settings")) == _compared(now[:-1]):
+        return ("the checkpoint was written by an older version, whose stale blocks and skip references hold rows "
+                "sent after dropout")
+    if _compared(state.get("settings")) != _compared(now):
         return "the exchange settings (codec, staleness, skipping, adaptive) differ from the checkpoint's"
     return None
 
