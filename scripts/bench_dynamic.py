@@ -191,10 +191,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--window", type=int, default=8)
-    ap.add_argument("--eval-every", type=int, default=1,
-                    help="speed part: evaluate every N epochs, timed apart, for time to accuracy (0: the last only)")
-    ap.add_argument("--target", type=float, default=None,
-                    help="speed part: test accuracy to reach (default: P=1's final test accuracy minus 0.3 points)")
+    tta.add_flags(ap, "P=1", scope="speed part: ")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--model", default="gcrn", help="speed part: evolvegcn | gcrn")
     ap.add_argument("--dsbm", default="dsbm:nodes=50000,communities=8,snapshots=12,avg_degree=10,drift=0.05,"

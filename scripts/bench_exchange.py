@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config  # noqa: E402
+from gnn_dist.train import tta  # noqa: E402
 from partition.errors import MissingExtraError  # noqa: E402
 
 # The baseline is vanilla: every layer's halo sent every epoch. gnn-dist's own settings fetch the static
@@ -162,10 +163,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="gcn")
     ap.add_argument("--layers", type=int, default=2, help="GNN layers (AdaQP and PipeGCN report 3-4)")
     ap.add_argument("--png", default="bench_exchange.png")
-    ap.add_argument("--eval-every", type=int, default=1,
-                    help="evaluate every N epochs, timed apart, for time to accuracy (0: the last epoch only)")
-    ap.add_argument("--target", type=float, default=None,
-                    help="test accuracy to reach (default: the exact run's final test accuracy minus 0.3 points)")
+    tta.add_flags(ap, "the exact run")
     ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(SETTINGS)}")
     ap.add_argument("--partition-method", default=None, metavar="M",
                     help="also run on a partition by method M (e.g. mtkahypar, kahip) and compare with METIS")
@@ -250,7 +248,6 @@ def compare(results: dict, method: str) -> None:
 def time_to_accuracy(a, results: dict, method: str) -> None:
     """Per setting: training time and epochs until the validation-picked model meets the target
     (gnn_dist.train.tta), and a plot of that race beside the epoch-time one."""
-    from gnn_dist.train import tta
 
     runs = {name: r["records"] for name, r in results.items()}
     exact = next((name for name in ("exact+input-cache", "exact-overlap", "exact-no-overlap") if name in runs), None)

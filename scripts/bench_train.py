@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gnn_dist.train import tta  # noqa: E402
+
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -188,10 +190,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--transports", default="auto",
                     help="comma-separated CPU halo transports to run P > 1 with, side by side (auto: small plans over MPI)")
-    ap.add_argument("--eval-every", type=int, default=1,
-                    help="evaluate every N epochs, timed apart, for time to accuracy (0: the last epoch only)")
-    ap.add_argument("--target", type=float, default=None,
-                    help="test accuracy to reach (default: PyG adj_t's final test accuracy minus 0.3 points)")
+    tta.add_flags(ap, "PyG adj_t")
     ap.add_argument("--png", default=None, help="also plot time to accuracy here")
     ap.add_argument("--transport", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -234,7 +233,6 @@ def main() -> None:
 
 def time_to_accuracy(a: argparse.Namespace, runs: dict) -> None:
     """Every configuration's time to the target (gnn_dist.train.tta), the warm-up epoch included."""
-    from gnn_dist.train import tta
 
     target = a.target if a.target is not None else tta.default_target(runs["PyG adj_t"])
     print(f"\n{tta.table(runs, target)}")

@@ -44,10 +44,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=32)
-    ap.add_argument("--eval-every", type=int, default=1,
-                    help="evaluate every N epochs, timed apart, for time to accuracy (0: the last epoch only)")
-    ap.add_argument("--target", type=float, default=None,
-                    help="test accuracy to reach (default: seed 0's row exchange's final test accuracy minus 0.3 points)")
+    tta.add_flags(ap, "seed 0's row exchange")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: the ranks on the GPU (ranks sharing one GPU stage through host memory)")
     a = ap.parse_args()

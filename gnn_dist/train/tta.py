@@ -22,6 +22,15 @@ from dataclasses import dataclass
 MARGIN = 0.003  # the default target: the exact run's final test accuracy minus 0.3 points
 
 
+def add_flags(ap, reference: str, scope: str = "") -> None:
+    """`--eval-every` and `--target`, as every benchmark that compares settings by time to accuracy takes them;
+    `reference` names the run whose final test accuracy sets the default target, `scope` prefixes the help."""
+    ap.add_argument("--eval-every", type=int, default=1,
+                    help=f"{scope}evaluate every N epochs, timed apart, for time to accuracy (0: the last epoch only)")
+    ap.add_argument("--target", type=float, default=None,
+                    help=f"{scope}test accuracy to reach (default: {reference}'s final test accuracy minus 0.3 points)")
+
+
 @dataclass
 class Reached:
     """Where a run first met the target, or that it never did (`epochs` None)."""
