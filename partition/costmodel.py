@@ -7,6 +7,13 @@ flops, elementwise values) and its wire bytes per exchange, then prices them wit
 
 - compute = work at one core's rates over the rank's threads (cores per host / ranks per host), plus the
   step's fixed cost (Python, autograd, optimiser) on one thread;
+- a sparse product is bound by where its source rows come from (a roofline with two roofs): a read of a
+  row in cache costs a few cycles, a read from memory a cache miss per row. The rows that stay in cache
+  are the most-read ones, as many as fit the profile's `cache_bytes` at the layer's width, so a part's
+  reads split into hot ones (of its most-read rows, counted from its own in-degrees: `top_reads`) at
+  `sparse_hot_per_core` and the rest at `sparse_per_core` (uniformly random columns). A power-law part
+  whose hubs fit reads mostly hot rows, a uniform one of the same size mostly cold ones. The backward
+  product is priced like the forward one (GCN's graphs are symmetric: the same rows are the hubs);
 - wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, and the gradients'
   all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
   only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes
@@ -96,13 +103,51 @@ def layers(work: Workload) -> list[Layer]:
     return out
 
 
+def top_reads(counts: np.ndarray) -> list[int]:
+    """Reads of a part's 1, 2, 4, ... most-read source rows, up to all of them (`counts`: reads of each row by
+    the part's edges and self loops): the cumulative curve `sparse_seconds` takes its hot share from, in
+    log2(rows) + 1 numbers (what partition.json keeps per part)."""
+    cum = np.cumsum(np.sort(np.asarray(counts, dtype=np.int64))[::-1])
+    if cum.size == 0:
+        return [0]
+    tops = np.minimum(1 << np.arange(int(np.ceil(np.log2(cum.size))) + 1), cum.size) - 1
+    return [int(c) for c in cum[tops]]
+
+
+def plan_top_reads(indices: np.ndarray, num_inner: int, num_rows: int) -> list[int]:
+    """`top_reads` of a built part: its local edges' sources (inner and halo rows) and its inner rows' self loops."""
+    return top_reads(np.bincount(np.concatenate([np.asarray(indices, dtype=np.int64), np.arange(num_inner)]),
+                                 minlength=num_rows))
+
+
+def hot_reads(top: Sequence[int], rows: float) -> float:
+    """Reads of the `rows` most-read rows, between the powers of two of `top_reads` linearly."""
+    if rows < 1:
+        return 0.0
+    j = int(np.floor(np.log2(rows)))
+    if j + 1 >= len(top):
+        return float(top[-1])
+    lo = 2.0 ** j
+    return float(top[j] + (top[j + 1] - top[j]) * (rows - lo) / lo)
+
+
+def sparse_seconds(part: Mapping, layer: Layer, machine: Machine) -> float:
+    """One sparse product of `layer` on one core: its reads of rows in cache at the hot rate, the rest at the
+    random-column rate. Parts without `top_reads` (older partitions) read every row cold."""
+    reads = float(part["edges"]) + float(part["inner"])  # the operator's edges and the self loops
+    top = part.get("top_reads")
+    hot = 0.0
+    if top and machine.cache_bytes:
+        hot = min(reads, hot_reads(top, machine.cache_bytes / (layer.width * BYTES_PER_VALUE)))
+    return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core) * layer.width
+
+
 def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float]:
     """(sparse multiply-adds, dense flops, elementwise values) of one training step on one part."""
     inner, edges, halo = float(part["inner"]), float(part["edges"]), float(part["halo"])
     sparse = dense = elem = 0.0
     for i, layer in enumerate(plan):
-        rows = edges + inner  # the operator's edges and the self loops
-        sparse += rows * layer.width * (1 + layer.backward_sparse)
+        sparse += (edges + inner) * layer.width * (1 + layer.backward_sparse)
         dense += 2.0 * inner * layer.d_in * layer.d_out * (2 + (i > 0))  # forward, weight grad, input grad
         # dropout (and ReLU) of the input, bias of the output, each forward and backward
         elem += 2.0 * (inner + (halo if i == 0 else 0.0)) * layer.d_in + 2.0 * inner * layer.d_out
@@ -138,14 +183,13 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     per_host, threads = _threads(machine, p)
     ranks, one_core = [], []
     for k, part in enumerate(parts):
-        sparse, dense, elem = rank_work(part, plan)
-        s, d, e = (sparse / machine.sparse_per_core, dense / machine.dense_per_core,
-                   elem / machine.elementwise_per_core)
+        _, dense, elem = rank_work(part, plan)
+        s = sum(sparse_seconds(part, la, machine) * (1 + la.backward_sparse) for la in plan)
+        d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
         one_core.append(s + d + e + machine.step_s)
         compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
         central = float(part["central"]) / max(float(part["inner"]), 1.0)
-        fwd_sparse = sum((float(part["edges"]) + float(part["inner"])) * la.width
-                         for la in plan if la.exchanges) / machine.sparse_per_core / threads
+        fwd_sparse = sum(sparse_seconds(part, la, machine) for la in plan if la.exchanges) / threads
         hidden = 2 * central * fwd_sparse if work.overlap else 0.0  # forward and backward
         wire = _wire(part, plan, machine, p - 1, hidden)
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
@@ -174,7 +218,16 @@ def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: 
     halo = np.bincount(pairs % num_parts, minlength=num_parts)
     sent = np.bincount(parts[pairs // num_parts], minlength=num_parts)
     return [{"inner": int(inner[k]), "central": int(central[k]), "halo": int(halo[k]), "edges": int(edges[k]),
-             "sent": int(sent[k])} for k in range(num_parts)]
+             "sent": int(sent[k]), "top_reads": tops} for k, tops in enumerate(_parts_top_reads(src, dst, parts, num_parts))]
+
+
+def _parts_top_reads(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[list[int]]:
+    """Per part, `top_reads` of its edges' sources and its self loops (as `plan_top_reads` counts a built part)."""
+    n = parts.shape[0]
+    keys = np.concatenate([parts[dst] * n + np.asarray(src, dtype=np.int64), parts * n + np.arange(n)])
+    rows, counts = np.unique(keys, return_counts=True)  # one entry per (reading part, row read)
+    bounds = np.searchsorted(rows // n, np.arange(num_parts + 1))
+    return [top_reads(counts[bounds[k]:bounds[k + 1]]) for k in range(num_parts)]
 
 
 def node_seconds(in_degree: np.ndarray, work: Workload, machine: Machine) -> np.ndarray:
@@ -199,7 +252,7 @@ def parts_from_meta(meta: Mapping) -> list[dict]:
     """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded)."""
     sent = (meta.get("stats") or {}).get("send_per_part")
     return [{"inner": r["inner"], "central": r["central"], "halo": r["halo"], "edges": r["edges"],
-             "sent": sent[k] if sent else r["halo"]} for k, r in enumerate(meta["parts"])]
+             "sent": sent[k] if sent else r["halo"], "top_reads": r.get("top_reads")} for k, r in enumerate(meta["parts"])]
 
 
 def prediction_record(pred: Prediction, machine: Machine, work: Workload) -> dict:

@@ -22,7 +22,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="FILE", help="the JSON profile to write")
     p.add_argument("--name", default=None, help="the profile's name (default: this host's name)")
     p.add_argument("--rows", type=int, default=200_000, help="rows of the timed operands (default 200000)")
-    p.add_argument("--repeat", type=int, default=5, help="timings per kernel; the median is kept (default 5)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timings per kernel; the fastest is kept, what the kernel runs at when nothing else takes "
+                        "the core (default 5)")
     p.add_argument("--link", action="store_true",
                    help="measure the link among the launched ranks with all-to-alls as training sends them (run "
                         "under `mpiexec -n P` or the network lab's `run`; rank 0 writes the profile) instead of "
@@ -31,7 +33,10 @@ def add_parser(sub) -> None:
 
 
 def median_of(fn, repeat: int) -> float:
-    """The median of `repeat` calls after one warm-up: the rate a kernel keeps inside a training step."""
+    """The median of `repeat` calls after one warm-up: the rate a kernel keeps inside a training step. (The
+    fastest call would be the kernel alone, faster than training ever runs it beside its other ranks: with
+    it, 2026-12-05, every local prediction of docs/benchmarks.md's table came out 0.35-0.6x. Against other
+    jobs on a shared host, take the profile and the run under one lock instead.)"""
     fn()
     times = []
     for _ in range(repeat):
@@ -45,9 +50,26 @@ def median_of(fn, repeat: int) -> float:
 WIDTHS = ((32, 16), (16, 8), (128, 16), (16, 128), (128, 128))
 
 
+def cache_bytes() -> int:
+    """One core's own cache (its L2; where the OS does not say, 1 MiB): the source rows a sparse product
+    keeps there are read at the hot rate. The last-level cache is shared with every other rank and tenant."""
+    from pathlib import Path
+
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (index / "level").read_text().strip() == "2":
+                size = (index / "size").read_text().strip().upper()
+                return int(size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[size[-1]] if size[-1] in "KM" else int(size)
+        except (OSError, ValueError):
+            break
+    return 1 << 20
+
+
 def compute_rates(rows: int, repeat: int) -> dict:
     """Sparse edge-columns, dense flops and elementwise values per second on one thread, each kernel as a
-    training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths."""
+    training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths.
+    The sparse product twice: columns uniformly random over all rows (each read a cache miss), and columns
+    among as many rows as fit one core's cache at that width (each read a hit: a power-law graph's hubs)."""
     import warnings
 
     import torch
@@ -58,23 +80,29 @@ def compute_rates(rows: int, repeat: int) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        degree = 10
+        degree, cache = 10, cache_bytes()
         crow = torch.arange(0, rows * degree + 1, degree, dtype=torch.int64)
-        col = torch.randint(0, rows, (rows * degree,), dtype=torch.int64)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
-            a = torch.sparse_csr_tensor(crow, col, torch.rand(rows * degree), (rows, rows))
-        sparse, dense, elem = [], [], []
+
+        def operator(among: int):
+            col = torch.randint(0, among, (rows * degree,), dtype=torch.int64)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
+                return torch.sparse_csr_tensor(crow, col, torch.rand(rows * degree), (rows, rows))
+
+        a = operator(rows)
+        sparse, hot, dense, elem = [], [], [], []
         for d_in, d_out in WIDTHS:
             x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
             sparse.append(rows * degree * d_in / median_of(lambda: spmm(a, x), repeat))
+            a_hot = operator(max(1, min(rows, cache // (4 * d_in))))
+            hot.append(rows * degree * d_in / median_of(lambda: spmm(a_hot, x), repeat))
             dense.append(6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat))
             b = torch.randn(d_in)
             elem.append(2 * rows * d_in / median_of(lambda: (x + b, torch.relu(x)), repeat))
     finally:
         torch.set_num_threads(threads)
-    return {"sparse_per_core": _harmonic(sparse), "dense_per_core": _harmonic(dense),
-            "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
+    return {"sparse_per_core": _harmonic(sparse), "sparse_hot_per_core": _harmonic(hot), "cache_bytes": float(cache),
+            "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
 
 
 def step_seconds(repeat: int) -> float:
@@ -150,7 +178,8 @@ def loopback_link(repeat: int, size: int = 8 << 20) -> tuple[float, float]:
 
 def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, float]:
     """(bytes per second per rank and direction, seconds per peer of an all-to-all) among the launched ranks:
-    empty all-to-alls give the latency, 1 MiB per peer the rate, each the median of `repeat` x 10."""
+    1 MiB per peer gives the rate; the latency is the larger of empty all-to-alls back to back and what a
+    meeting adds between computing ranks (`meeting_seconds`), each the best of `repeat` x 10."""
     import torch
     import torch.distributed as dist
 
@@ -167,7 +196,35 @@ def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, floa
 
     small = a2a_seconds(1)
     big = a2a_seconds(peer_bytes // 4)
-    return (p - 1) * peer_bytes / max(big - small, 1e-9), small / max(p - 1, 1)
+    return (p - 1) * peer_bytes / max(big - small, 1e-9), max(small, meeting_seconds(p, repeat)) / max(p - 1, 1)
+
+
+def meeting_seconds(p: int, repeat: int) -> float:
+    """What one all-to-all adds to ranks that compute between meetings, as training's do: ten rounds of
+    (a few ms of work, an empty all-to-all) less ten rounds of the work alone. Back-to-back all-to-alls find
+    every rank waiting on a free core; between computing ranks that outnumber the cores, the last to arrive
+    has to be scheduled first, and each waiting rank woken, which the empty ones never show."""
+    import torch
+    import torch.distributed as dist
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as each of several ranks on a host
+    m = torch.randn(256, 256)
+    send, recv = torch.zeros(p), torch.empty(p)
+
+    def rounds(meet: bool) -> None:
+        dist.barrier()
+        for _ in range(10):
+            for _ in range(3):  # about 3 ms of a core
+                torch.mm(m, m)
+            if meet:
+                dist.all_to_all_single(recv, send)
+        dist.barrier()
+
+    try:
+        return max(0.0, (median_of(lambda: rounds(True), repeat) - median_of(lambda: rounds(False), repeat)) / 10)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def measure(args: argparse.Namespace):
@@ -198,7 +255,8 @@ def measure(args: argparse.Namespace):
         return None
     busy = min(ctx.local_size, cores)  # cores the host's ranks kept busy
     summed = dict(zip(sorted(rates), table.sum(0).tolist()))
-    per_core = {k: v / busy for k, v in summed.items() if k != "step_s"}
+    per_core = {k: v / busy for k, v in summed.items() if k not in ("step_s", "cache_bytes")}
+    per_core["cache_bytes"] = rates["cache_bytes"]
     per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
     return Machine(name=args.name or socket.gethostname(), cores_per_host=cores,
                    ranks_per_host=0 if ctx.local_size == ctx.world_size else ctx.local_size,
