@@ -11,7 +11,7 @@ import pytest
 from gnn_dist.data import load_dataset
 from partition import assign_parts, build_parts
 from partition.cost_parts import NODE_BOUND, choose
-from partition.costmodel import Workload, layers, part_counts, predict
+from partition.costmodel import Workload, layers, part_counts, plan_top_reads, predict
 from partition.errors import DataError
 from partition.machine import DEFAULT, Machine, from_dict, load, save
 from tests.conftest import one_error_line, run_cli, run_mpi
@@ -52,7 +52,8 @@ def test_counts_from_an_assignment_match_the_written_plans(rmat):
     counts = part_counts(src, dst, parts, 4)
     for plan, c in zip(build_parts(rmat, parts, 4), counts):
         assert c == {"inner": plan.num_inner, "central": plan.num_central, "halo": plan.num_halo,
-                     "edges": plan.num_edges, "sent": int(plan.send_counts.sum())}
+                     "edges": plan.num_edges, "sent": int(plan.send_counts.sum()),
+                     "top_reads": plan_top_reads(plan.indices, plan.num_inner, plan.num_inner + plan.num_halo)}
 
 
 def test_layer_plan_follows_aggregate_first():
