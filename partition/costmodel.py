@@ -8,12 +8,12 @@ flops, elementwise values) and its wire bytes per exchange, then prices them wit
 - compute = work at one core's rates over the rank's threads (cores per host / ranks per host), plus the
   step's fixed cost (Python, autograd, optimiser) on one thread;
 - a sparse product is bound by where its source rows come from (a roofline with two roofs): a read of a
-  row in cache costs a few cycles, a read from memory a cache miss per row. The rows that stay in cache
-  are the most-read ones, as many as fit the profile's `cache_bytes` at the layer's width, so a part's
-  reads split into hot ones (of its most-read rows, counted from its own in-degrees: `top_reads`) at
-  `sparse_hot_per_core` and the rest at `sparse_per_core` (uniformly random columns). A power-law part
-  whose hubs fit reads mostly hot rows, a uniform one of the same size mostly cold ones. The backward
-  product is priced like the forward one (GCN's graphs are symmetric: the same rows are the hubs);
+  row in cache costs a few cycles, a read from memory a cache miss per row. A row stays in cache while
+  what the product reads between two of its reads fits the profile's `cache_bytes`, so only rows read
+  often enough are hot (`sparse_seconds`; their reads counted from the part's own in-degrees,
+  `top_reads`): they go at `sparse_hot_per_core`, the rest at `sparse_per_core` (uniformly random
+  columns). A power-law part's hubs are read hot, a uniform part of the same size is all cold. The
+  backward product is priced like the forward one (GCN's graphs are symmetric: the same rows are hubs);
 - wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, and the gradients'
   all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
   only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes
@@ -120,25 +120,29 @@ def plan_top_reads(indices: np.ndarray, num_inner: int, num_rows: int) -> list[i
                                  minlength=num_rows))
 
 
-def hot_reads(top: Sequence[int], rows: float) -> float:
-    """Reads of the `rows` most-read rows, between the powers of two of `top_reads` linearly."""
-    if rows < 1:
-        return 0.0
-    j = int(np.floor(np.log2(rows)))
-    if j + 1 >= len(top):
-        return float(top[-1])
-    lo = 2.0 ** j
-    return float(top[j] + (top[j + 1] - top[j]) * (rows - lo) / lo)
+def hot_reads(top: Sequence[int], threshold: float) -> float:
+    """Reads of the rows read at least `threshold` times each, from `top_reads`' curve: its steps (the 2nd
+    row, the 3rd and 4th, the 5th to 8th, ...) count whole when their mean reads per row reach it."""
+    hot, prev = 0.0, 0
+    for j, cum in enumerate(top):
+        rows = 1 if j == 0 else 1 << (j - 1)
+        if (cum - prev) / rows < threshold:
+            break
+        hot, prev = float(cum), cum
+    return hot
 
 
 def sparse_seconds(part: Mapping, layer: Layer, machine: Machine) -> float:
     """One sparse product of `layer` on one core: its reads of rows in cache at the hot rate, the rest at the
-    random-column rate. Parts without `top_reads` (older partitions) read every row cold."""
+    random-column rate. A row stays in cache (least recently used goes first) while the bytes read between
+    two of its reads fit there: with a row's share of the reads f, 1 / f reads of row_bytes each, so the
+    rows read at least reads x row_bytes / cache_bytes times. Parts without `top_reads` (older partitions)
+    read every row cold."""
     reads = float(part["edges"]) + float(part["inner"])  # the operator's edges and the self loops
     top = part.get("top_reads")
     hot = 0.0
     if top and machine.cache_bytes:
-        hot = min(reads, hot_reads(top, machine.cache_bytes / (layer.width * BYTES_PER_VALUE)))
+        hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / machine.cache_bytes))
     return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core) * layer.width
 
 

@@ -15,7 +15,7 @@ from partition.machine import DEFAULT, Machine, from_dict, load, save
 from partition.store import read_meta
 from tests.conftest import run_cli, run_mpi
 
-# every rate a round number; rows in cache read 4x as fast, and 64 KiB of them: 2048 rows of 8 columns
+# every rate a round number; rows in cache read 4x as fast; 64 KiB of cache
 CACHED = Machine(name="cached", sparse_per_core=1e9, dense_per_core=1e10, elementwise_per_core=1e9, step_s=0.0,
                  cores_per_host=2, ranks_per_host=1, link_bytes_per_s=1e8, latency_s=1e-4,
                  sparse_hot_per_core=4e9, cache_bytes=float(64 << 10))
@@ -26,7 +26,8 @@ def test_top_reads_and_hot_reads_by_hand():
     # rows read 1, 5, 1, 3 times: most-read first 5, 8, 9, 10; kept at the 1st, 2nd and 4th
     top = top_reads(np.array([1, 5, 1, 3]))
     assert top == [5, 8, 10]
-    assert [hot_reads(top, r) for r in (0.5, 1, 2, 3, 4, 100)] == [0.0, 5.0, 8.0, 9.0, 10.0, 10.0]
+    # the rows read at least so many times: the 3rd and 4th (once each) count from 1, the 2nd from 3
+    assert [hot_reads(top, t) for t in (0.5, 1, 2, 3, 4, 5, 6)] == [10.0, 10.0, 8.0, 8.0, 5.0, 5.0, 0.0]
     assert top_reads(np.array([], dtype=np.int64)) == [0] and top_reads(np.array([7])) == [7]
 
 
@@ -45,11 +46,13 @@ def test_a_skewed_graph_is_predicted_faster_than_a_uniform_one_of_the_same_size(
     assert (uniform["edges"], uniform["inner"]) == (skewed["edges"], skewed["inner"])
     u, s = (predict([p], WORK, CACHED).ranks[0] for p in (uniform, skewed))
     assert s.sparse_s < 0.6 * u.sparse_s, (s.sparse_s, u.sparse_s)
-    # the arithmetic: 2048 hot rows of width 8, each product twice (forward, backward)
+    # the arithmetic: hot are the rows read at least once in every 64 KiB of 8-column rows read (2048 reads),
+    # each product twice (forward, backward); the uniform graph's rows are read about 11 times in 220,000
     for part, r in ((uniform, u), (skewed, s)):
         reads = part["edges"] + part["inner"]
-        hot = hot_reads(part["top_reads"], (64 << 10) / (8 * 4))
+        hot = hot_reads(part["top_reads"], reads / 2048)
         assert r.sparse_s == pytest.approx(2 * 8 * (hot / 4e9 + (reads - hot) / 1e9))
+    assert u.sparse_s == pytest.approx(2 * 8 * (uniform["edges"] + uniform["inner"]) / 1e9)
     # without the measurement (older profiles, older partitions), every read at the random-column rate
     cold = Machine(**dict(CACHED.__dict__, sparse_hot_per_core=0.0, cache_bytes=0.0))
     assert predict([skewed], WORK, cold).ranks[0].sparse_s == pytest.approx(2 * 8 * (skewed["edges"] + skewed["inner"]) / 1e9)
