@@ -9,7 +9,8 @@ flops, elementwise values) and its wire bytes per exchange, then prices them wit
   step's fixed cost (Python, autograd, optimiser) on one thread;
 - a sparse product is bound by where its source rows come from (a roofline with two roofs): a read of a
   row in cache costs a few cycles, a read from memory a cache miss per row. A row stays in cache while
-  what the product reads between two of its reads fits the profile's `cache_bytes`, so only rows read
+  what the product reads between two of its reads fits the rank's share of the host's last-level cache
+  (the profile's `cache_bytes` over the ranks on the host), so only rows read
   often enough are hot (`sparse_seconds`; their reads counted from the part's own in-degrees,
   `top_reads`): they go at `sparse_hot_per_core`, the rest at `sparse_per_core` (uniformly random
   columns). A power-law part's hubs are read hot, a uniform part of the same size is all cold. The
@@ -132,17 +133,18 @@ def hot_reads(top: Sequence[int], threshold: float) -> float:
     return hot
 
 
-def sparse_seconds(part: Mapping, layer: Layer, machine: Machine) -> float:
+def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int = 1) -> float:
     """One sparse product of `layer` on one core: its reads of rows in cache at the hot rate, the rest at the
     random-column rate. A row stays in cache (least recently used goes first) while the bytes read between
-    two of its reads fit there: with a row's share of the reads f, 1 / f reads of row_bytes each, so the
-    rows read at least reads x row_bytes / cache_bytes times. Parts without `top_reads` (older partitions)
-    read every row cold."""
+    two of its reads fit the rank's share of it (the last-level cache over the `sharing` ranks of a host):
+    with a row's share of the reads f, 1 / f reads of row_bytes each, so the rows read at least
+    reads x row_bytes / share times. Parts without `top_reads` (older partitions) read every row cold."""
     reads = float(part["edges"]) + float(part["inner"])  # the operator's edges and the self loops
     top = part.get("top_reads")
     hot = 0.0
     if top and machine.cache_bytes:
-        hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / machine.cache_bytes))
+        share = machine.cache_bytes / sharing
+        hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share))
     return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core) * layer.width
 
 
@@ -188,12 +190,12 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     ranks, one_core = [], []
     for k, part in enumerate(parts):
         _, dense, elem = rank_work(part, plan)
-        s = sum(sparse_seconds(part, la, machine) * (1 + la.backward_sparse) for la in plan)
+        s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
         one_core.append(s + d + e + machine.step_s)
         compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
         central = float(part["central"]) / max(float(part["inner"]), 1.0)
-        fwd_sparse = sum(sparse_seconds(part, la, machine) for la in plan if la.exchanges) / threads
+        fwd_sparse = sum(sparse_seconds(part, la, machine, per_host) for la in plan if la.exchanges) / threads
         hidden = 2 * central * fwd_sparse if work.overlap else 0.0  # forward and backward
         wire = _wire(part, plan, machine, p - 1, hidden)
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))

@@ -30,7 +30,7 @@ class Machine:
     latency_s: float  # per message, so per peer and all-to-all
     link_burst_bytes: float = 0.0  # token-bucket shaping (tc tbf, many clouds): bytes an epoch passes at line speed
     # sparse products whose source rows stay in cache: edge x column multiply-adds per second on one core, and
-    # the bytes of source rows one core keeps there (0 and 0: every read at sparse_per_core, as profiles before)
+    # the host's last-level cache, which its ranks share (0 and 0: every read at sparse_per_core, as profiles before)
     sparse_hot_per_core: float = 0.0
     cache_bytes: float = 0.0
 
@@ -42,7 +42,7 @@ class Machine:
                 f"G values/s per core, step {self.step_s * 1e3:.1f} ms; {self.cores_per_host} cores per host, {hosts}; link "
                 f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us"
                 + (f", burst {self.link_burst_bytes / 1024:.0f} KiB" if self.link_burst_bytes else "")
-                + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a core) read at {self.hot_rate / 1e9:.2f} "
+                + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a host) read at {self.hot_rate / 1e9:.2f} "
                    f"G edge-columns/s" if self.cache_bytes else ""))
 
     @property
@@ -64,11 +64,13 @@ class Machine:
 # the step by `gnn-dist profile-machine` (one thread per kernel, nothing else running on purpose; the box is
 # shared, so +-30% from run to run), the link and latency by `scripts/netlab.py profile` with 4 ranks at
 # 1 Gbit/s (what gloo's all-to-alls get through tc's 1 Gbit/s: 0.63 Gbit/s); the rate of rows in cache and the
-# cache (one core's 1 MiB L2) by `gnn-dist profile-machine` on 2026-12-05. One rank per host with 2 cores
+# cache (its 32 MiB last level) by `gnn-dist profile-machine` on 2026-12-05. sparse_per_core is the older
+# operand's (200k random rows, which narrow widths still read from cache; today's cold operand gives 0.98e9):
+# kept, since the node weights use it and a new value would move default partitions. One rank per host with 2 cores
 # and its own link. Fixed here so that a partition made anywhere is the same partition.
 DEFAULT = Machine(name="default", sparse_per_core=2.05e9, dense_per_core=33.0e9, elementwise_per_core=0.92e9,
                   step_s=1.04e-3, cores_per_host=2, ranks_per_host=1, link_bytes_per_s=0.63e9 / 8,
-                  latency_s=646e-6, sparse_hot_per_core=5.37e9, cache_bytes=float(1 << 20))
+                  latency_s=646e-6, sparse_hot_per_core=4.29e9, cache_bytes=float(32 << 20))
 
 
 # Each number's plausible range (low, high): a profile outside them is a typo or a lie, and the model's

@@ -51,51 +51,39 @@ WIDTHS = ((32, 16), (16, 8), (128, 16), (16, 128), (128, 128))
 
 
 def cache_bytes() -> int:
-    """One core's own cache (its L2; where the OS does not say, 1 MiB): the source rows a sparse product
-    keeps there are read at the hot rate. The last-level cache is shared with every other rank and tenant."""
+    """This host's last-level cache (0 where the OS does not say: every read priced cold). A part whose rows
+    fit its share of it reads them there; what no longer fits comes from memory at the random-column rate."""
     from pathlib import Path
 
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+    sizes = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
-            if (index / "level").read_text().strip() == "2":
+            if (index / "type").read_text().strip() != "Instruction":
                 size = (index / "size").read_text().strip().upper()
-                return int(size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[size[-1]] if size[-1] in "KM" else int(size)
+                unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+                sizes[int((index / "level").read_text())] = int(size.rstrip("KMG")) * unit
         except (OSError, ValueError):
-            break
-    return 1 << 20
+            continue
+    return sizes[max(sizes)] if sizes else 0
 
 
-def compute_rates(rows: int, repeat: int) -> dict:
+def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
     """Sparse edge-columns, dense flops and elementwise values per second on one thread, each kernel as a
-    training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths.
-    The sparse product twice: columns uniformly random over all rows (each read a cache miss), and columns
-    among as many rows as fit one core's cache at that width (each read a hit: a power-law graph's hubs)."""
-    import warnings
-
+    training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths;
+    the sparse product from memory and from cache (`sparse_rates`), `sharing` ranks timed at once."""
     import torch
-
-    from gnn_dist.graph.local import spmm
 
     torch.manual_seed(0)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    cache = cache_bytes()
     try:
-        degree, cache = 10, cache_bytes()
-        crow = torch.arange(0, rows * degree + 1, degree, dtype=torch.int64)
-
-        def operator(among: int):
-            col = torch.randint(0, among, (rows * degree,), dtype=torch.int64)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
-                return torch.sparse_csr_tensor(crow, col, torch.rand(rows * degree), (rows, rows))
-
-        a = operator(rows)
         sparse, hot, dense, elem = [], [], [], []
         for d_in, d_out in WIDTHS:
+            cold_rate, hot_rate = sparse_rates(rows, d_in, cache // sharing, repeat)
+            sparse.append(cold_rate)
+            hot.append(hot_rate)
             x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
-            sparse.append(rows * degree * d_in / median_of(lambda: spmm(a, x), repeat))
-            a_hot = operator(max(1, min(rows, cache // (4 * d_in))))
-            hot.append(rows * degree * d_in / median_of(lambda: spmm(a_hot, x), repeat))
             dense.append(6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat))
             b = torch.randn(d_in)
             elem.append(2 * rows * d_in / median_of(lambda: (x + b, torch.relu(x)), repeat))
@@ -103,6 +91,33 @@ def compute_rates(rows: int, repeat: int) -> dict:
         torch.set_num_threads(threads)
     return {"sparse_per_core": _harmonic(sparse), "sparse_hot_per_core": _harmonic(hot), "cache_bytes": float(cache),
             "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
+
+
+def sparse_rates(rows: int, width: int, share: int, repeat: int, degree: int = 10) -> tuple[float, float]:
+    """Edge-columns per second of `rows` output rows of `degree` random columns each, `width` wide: the
+    columns among rows twice the cache `share` (each read from memory), and among rows a quarter of it (each
+    read from cache, as a power-law graph's hubs or a small part's rows; a quarter leaves room for the
+    streams the product also reads and writes, which at a full share evict rows). Without a known cache,
+    both cold."""
+    import warnings
+
+    import torch
+
+    from gnn_dist.graph.local import spmm
+
+    crow = torch.arange(0, rows * degree + 1, degree, dtype=torch.int64)
+
+    def rate(among: int) -> float:
+        col = torch.randint(0, among, (rows * degree,), dtype=torch.int64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
+            a = torch.sparse_csr_tensor(crow, col, torch.rand(rows * degree), (rows, among))
+        x = torch.randn(among, width)
+        return rows * degree * width / median_of(lambda: spmm(a, x), repeat)
+
+    row_bytes = 4 * width
+    cold = rate(max(rows, 2 * share // row_bytes))
+    return cold, (rate(max(1, share // 4 // row_bytes)) if share else cold)
 
 
 def step_seconds(repeat: int) -> float:
@@ -247,7 +262,7 @@ def measure(args: argparse.Namespace):
                          "network lab")
     link, latency = ranks_link(ctx, args.repeat)
     dist.barrier()
-    rates = compute_rates(args.rows, args.repeat)  # every rank at once, as in training: they share the cores
+    rates = compute_rates(args.rows, args.repeat, ctx.local_size)  # every rank at once, as in training: they share the cores
     table = torch.zeros(ctx.world_size, len(rates), dtype=torch.float64)
     table[ctx.rank] = torch.tensor([rates[k] for k in sorted(rates)], dtype=torch.float64)
     dist.all_reduce(table)
