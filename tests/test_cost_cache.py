@@ -73,7 +73,7 @@ def test_partition_json_keeps_each_parts_top_reads(tmp_path):
 def test_profiles_with_and_without_the_cache_fields(tmp_path):
     f = tmp_path / "m.json"
     save(CACHED, str(f))
-    assert load(str(f)) == CACHED and "rows in cache (0.0625 MiB a core) read at 4.00" in CACHED.describe()
+    assert load(str(f)) == CACHED and "rows in cache (0.0625 MiB a host) read at 4.00" in CACHED.describe()
     assert DEFAULT.sparse_hot_per_core > DEFAULT.sparse_per_core and DEFAULT.cache_bytes > 0
     old = {k: v for k, v in json.loads(f.read_text()).items() if k not in ("sparse_hot_per_core", "cache_bytes")}
     m = from_dict(old, "old.json")  # written before the fields: every read at the random-column rate
@@ -84,8 +84,8 @@ def test_profiles_with_and_without_the_cache_fields(tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_machine_among_ranks_keeps_one_cores_cache(tmp_path):
-    """Ranks' rates are summed over the cores they share; the cache is one core's, whatever the ranks."""
+def test_profile_machine_among_ranks_keeps_the_hosts_cache(tmp_path):
+    """Ranks' rates are summed over the cores they share; the cache is the host's, whatever the ranks."""
     single, linked = tmp_path / "one.json", tmp_path / "two.json"
     assert run_cli("profile-machine", "--out", str(single), "--rows", "2000", "--repeat", "1").returncode == 0
     run_mpi(2, "profile-machine", "--link", "--out", str(linked), "--rows", "2000", "--repeat", "1")
