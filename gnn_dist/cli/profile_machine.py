@@ -34,8 +34,8 @@ def add_parser(sub) -> None:
 
 def median_of(fn, repeat: int) -> float:
     """The median of `repeat` calls after one warm-up: the rate a kernel keeps inside a training step. (The
-    fastest call would be the kernel alone, faster than training ever runs it beside its other ranks: with
-    it, 2026-12-05, every local prediction of docs/benchmarks.md's table came out 0.35-0.6x. Against other
+    fastest call would be the kernel alone, faster than training ever runs it beside its other ranks: tried
+    on 2026-12-05, it predicted every local row of docs/benchmarks.md's table far too fast. Against other
     jobs on a shared host, take the profile and the run under one lock instead.)"""
     fn()
     times = []
