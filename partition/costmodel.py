@@ -34,6 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from partition.machine import Machine
+from partition.phases import Phase, epoch
 
 BYTES_PER_VALUE = 4  # fp32 rows on the wire
 
@@ -56,6 +57,7 @@ class Layer:
     width: int  # columns of the sparse product and of the rows exchanged
     backward_sparse: bool  # the sparse product runs again backward (not for layer 0 aggregating its input)
     exchanges: int  # all-to-alls per epoch: forward, backward, both or none (layer 0's cached input)
+    aggregate_first: bool = True  # the sparse product before the linear map (the input's rows exchanged)
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,11 @@ class RankCost:
 @dataclass(frozen=True)
 class Prediction:
     ranks: list[RankCost]
-    host_floor_s: float  # the busiest host's total work over its cores, plus the wire every rank pays
+    host_floor_s: float  # the busiest host's total work over its cores: a bound no epoch beats
     epoch_s: float
     busiest: int
-    bottleneck: str  # "compute", "wire" or "shared cores"
+    bottleneck: str  # "compute", "wire" or "shared cores": the largest of the phased epoch's three terms
+    sharing_s: float = 0.0  # what ranks sharing a host's cores add to the phases (partition.phases)
 
     def summary(self) -> str:
         """One line: the predicted epoch, the busiest rank and what holds it."""
@@ -83,8 +86,9 @@ class Prediction:
         why = {"compute": f"compute {r.compute_s:.4g} s (at one core: sparse {r.sparse_s:.4g}, dense "
                           f"{r.dense_s:.4g}, elementwise {r.elementwise_s:.4g} s) + unhidden wire {r.wire_s:.4g} s",
                "wire": f"unhidden wire {r.wire_s:.4g} s + compute {r.compute_s:.4g} s",
-               "shared cores": f"its host's cores are shared: all its ranks' work over the cores takes "
-                               f"{self.host_floor_s:.4g} s (rank {self.busiest} alone: {r.epoch_s:.4g} s)"}
+               "shared cores": f"its host's cores are shared: waiting for a core adds {self.sharing_s:.4g} s to "
+                               f"the phases (rank {self.busiest} alone: {r.epoch_s:.4g} s; the host's work over its "
+                               f"cores {self.host_floor_s:.4g} s)"}
         mean = sum(x.epoch_s for x in self.ranks) / len(self.ranks)
         return (f"predicted epoch {self.epoch_s:.4g} s; busiest rank {self.busiest} ({r.epoch_s / mean:.2f}x the "
                 f"mean rank), bottleneck {self.bottleneck}: {why[self.bottleneck]}")
@@ -100,7 +104,8 @@ def layers(work: Workload) -> list[Layer]:
         agg_first = d_in * (1 + (not first)) <= d_out * 2
         width = d_in if agg_first else d_out
         cached = first and agg_first  # the input features' halo is fetched once, and no gradient goes back
-        out.append(Layer(d_in, d_out, width, backward_sparse=not cached, exchanges=0 if cached else 2))
+        out.append(Layer(d_in, d_out, width, backward_sparse=not cached, exchanges=0 if cached else 2,
+                         aggregate_first=agg_first))
     return out
 
 
@@ -166,20 +171,65 @@ def _threads(machine: Machine, num_parts: int) -> tuple[int, int]:
     return per_host, max(1, machine.cores_per_host // per_host)
 
 
-def _wire(part: Mapping, plan: Sequence[Layer], machine: Machine, peers: int, hidden_s: float) -> float:
-    """Unhidden seconds on the wire: each exchange's latency and bytes, less what central rows compute meanwhile."""
-    if peers == 0:
-        return 0.0
-    recv, sent = float(part["halo"]), float(part.get("sent", part["halo"]))
-    exchanges = sum(la.exchanges for la in plan) + 1  # and the gradients' all-reduce (a few KB)
-    nbytes = sum(la.exchanges * max(recv, sent) * la.width * BYTES_PER_VALUE for la in plan)
-    # a shaped link passes its burst at line speed; the bucket refills between epochs
-    total = machine.latency_s * peers * exchanges + max(0.0, nbytes - machine.link_burst_bytes) / machine.link_bytes_per_s
-    return max(0.0, total - hidden_s)
+def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int) -> list[tuple]:
+    """Per layer, one direction's seconds at one core: (sparse product, dense product, elementwise on its
+    input, elementwise on its output), as `rank_work` counts them."""
+    inner, halo = float(part["inner"]), float(part["halo"])
+    return [(sparse_seconds(part, la, machine, sharing), 2.0 * inner * la.d_in * la.d_out / machine.dense_per_core,
+             (inner + (halo if i == 0 else 0.0)) * la.d_in / machine.elementwise_per_core,
+             inner * la.d_out / machine.elementwise_per_core) for i, la in enumerate(plan)]
+
+
+def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int, peers: int,
+                overlap: bool) -> list[Phase]:
+    """One rank's step as phases that end in meetings, at one core, in gnn_dist's order (nn.models,
+    nn.message_passing.HaloSpMM): forward layer by layer, an exchanged layer's all-to-all starting before
+    its product (after the linear map when it transforms first) and the central rows' share of the
+    product computed while the rows travel, the rest after; backward in reverse, the halo rows' share of
+    the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
+    runs into the next step's first phase). Its work sums to `rank_work`'s."""
+    c = min(1.0, float(part["central"]) / max(float(part["inner"]), 1.0)) if overlap else 0.0
+    rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
+    nbytes = sum(la.exchanges * rows * la.width * BYTES_PER_VALUE for la in plan)
+    # a shaped link passes its burst at line speed (the bucket refills between epochs): the rest at its rate
+    scale = max(0.0, nbytes - machine.link_burst_bytes) / nbytes if nbytes else 0.0
+    out: list[Phase] = []
+    cur = 0.0
+
+    def meet(before: float, during: float, width: int) -> None:
+        wire = machine.latency_s * peers + rows * width * BYTES_PER_VALUE * scale / machine.link_bytes_per_s
+        out.append(Phase(cur + before, during, wire if peers else 0.0))
+
+    terms = _layer_seconds(part, plan, machine, sharing)
+    for la, (s, d, e_in, e_out) in zip(plan, terms):  # forward
+        if not la.exchanges:
+            cur += e_in + s + d + e_out
+            continue
+        meet(e_in + (0.0 if la.aggregate_first else d), c * s, la.width)
+        cur = (1 - c) * s + e_out + (d if la.aggregate_first else 0.0)
+    for i in reversed(range(len(plan))):  # backward
+        la, (s, d, e_in, e_out) = plan[i], terms[i]
+        s_b, d_b = s * la.backward_sparse, d * (1 + (i > 0))  # weight gradient, and the input's after layer 0
+        if not la.exchanges:
+            cur += e_out + d_b + s_b + e_in
+            continue
+        meet(e_out + (1 - c) * s_b + (d_b if la.aggregate_first else 0.0), c * s_b, la.width)
+        cur = e_in + (0.0 if la.aggregate_first else d_b)
+    out.append(Phase(cur, 0.0, machine.latency_s * peers))  # the gradients' all-reduce (a few KB)
+    return out
+
+
+def _on_threads(phases: Sequence[Phase], threads: int, step_s: float) -> list[Phase]:
+    """Phases at one core to seconds on the rank's threads; the step's fixed cost (one thread) spread
+    evenly over them."""
+    fixed = step_s / len(phases)
+    return [Phase(ph.work_s / threads + fixed, ph.overlap_s / threads, ph.wire_s) for ph in phases]
 
 
 def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Prediction:
-    """Each rank's predicted epoch from its part's counts (keys inner, central, halo, edges, sent).
+    """Each rank's predicted epoch from its part's counts (keys inner, central, halo, edges, sent), and the
+    epoch: phase by phase, the last rank to reach each meeting, ranks sharing a host's cores
+    (partition.phases).
 
     `sent` (rows sent per layer) falls back to `halo` when absent (older partitions); the rank's peers
     are all other ranks.
@@ -187,27 +237,25 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     plan = layers(work)
     p = len(parts)
     per_host, threads = _threads(machine, p)
-    ranks, one_core = [], []
+    ranks, one_core, phased = [], [], []
     for k, part in enumerate(parts):
         _, dense, elem = rank_work(part, plan)
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
         one_core.append(s + d + e + machine.step_s)
+        phased.append(_on_threads(rank_phases(part, plan, machine, per_host, p - 1, work.overlap), threads,
+                                  machine.step_s))
         compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
-        central = float(part["central"]) / max(float(part["inner"]), 1.0)
-        fwd_sparse = sum(sparse_seconds(part, la, machine, per_host) for la in plan if la.exchanges) / threads
-        hidden = 2 * central * fwd_sparse if work.overlap else 0.0  # forward and backward
-        wire = _wire(part, plan, machine, p - 1, hidden)
+        wire = sum(max(0.0, ph.wire_s - ph.overlap_s) for ph in phased[-1])
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
-    # every rank pays the wire all ranks pay (the all-to-alls meet): the cores are idle for it too
-    floor = (max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
-             + min(r.wire_s for r in ranks))
-    worst = max(ranks, key=lambda r: r.epoch_s)
-    if floor > worst.epoch_s:
-        busiest = max(range(p), key=lambda k: one_core[k])
-        return Prediction(ranks, floor, floor, busiest, "shared cores")
-    bottleneck = "compute" if worst.compute_s >= worst.wire_s else "wire"
-    return Prediction(ranks, floor, worst.epoch_s, worst.rank, bottleneck)
+    hosts = [range(h, min(h + per_host, p)) for h in range(0, p, per_host)]
+    ep = epoch(phased, hosts, machine.cores_per_host / threads)
+    # no epoch is shorter than the busiest host's total work over its cores (a bound, printed beside)
+    floor = max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
+    terms = {"shared cores": ep.sharing_s, "compute": ep.compute_s, "wire": ep.wire_s}
+    bottleneck = max(terms, key=lambda t: terms[t])  # ties: the first
+    busiest = max(range(p), key=lambda k: one_core[k] if bottleneck == "shared cores" else ranks[k].epoch_s)
+    return Prediction(ranks, floor, ep.seconds, busiest, bottleneck, ep.sharing_s)
 
 
 def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[dict]:
