@@ -28,6 +28,7 @@ nothing per epoch. torch-free, so `gnn-dist partition` can use it; the runtime i
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -237,14 +238,17 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     plan = layers(work)
     p = len(parts)
     per_host, threads = _threads(machine, p)
+    # a measured fixed epoch holds the step's fixed cost and the meetings' latency: the phases price the graph's work
+    fixed = machine.epoch_fixed_s
+    graph_only = dataclasses.replace(machine, step_s=0.0, latency_s=0.0) if fixed else machine
     ranks, one_core, phased = [], [], []
     for k, part in enumerate(parts):
         _, dense, elem = rank_work(part, plan)
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
         one_core.append(s + d + e + machine.step_s)
-        phased.append(_on_threads(rank_phases(part, plan, machine, per_host, p - 1, work.overlap), threads,
-                                  machine.step_s))
+        phased.append(_on_threads(rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap), threads,
+                                  graph_only.step_s))
         compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
         wire = sum(max(0.0, ph.wire_s - ph.overlap_s) for ph in phased[-1])
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
@@ -252,10 +256,10 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     ep = epoch(phased, hosts, machine.cores_per_host / threads)
     # no epoch is shorter than the busiest host's total work over its cores (a bound, printed beside)
     floor = max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
-    terms = {"shared cores": ep.sharing_s, "compute": ep.compute_s, "wire": ep.wire_s}
+    terms = {"shared cores": ep.sharing_s, "compute": ep.compute_s + fixed, "wire": ep.wire_s}
     bottleneck = max(terms, key=lambda t: terms[t])  # ties: the first
     busiest = max(range(p), key=lambda k: one_core[k] if bottleneck == "shared cores" else ranks[k].epoch_s)
-    return Prediction(ranks, floor, ep.seconds, busiest, bottleneck, ep.sharing_s)
+    return Prediction(ranks, floor, ep.seconds + fixed, busiest, bottleneck, ep.sharing_s)
 
 
 def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[dict]:

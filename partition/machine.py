@@ -33,6 +33,10 @@ class Machine:
     # the host's last-level cache, which its ranks share (0 and 0: every read at sparse_per_core, as profiles before)
     sparse_hot_per_core: float = 0.0
     cache_bytes: float = 0.0
+    # an epoch's cost whatever the graph, among these ranks: the wall seconds of an epoch of a tiny graph's
+    # training (Python, autograd, the exchange's machinery, every meeting's wake-ups); 0: priced from step_s
+    # and latency_s instead (the default profile, profiles without the measurement)
+    epoch_fixed_s: float = 0.0
 
     def describe(self) -> str:
         """One line: what the predictions assume."""
@@ -43,7 +47,8 @@ class Machine:
                 f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us"
                 + (f", burst {self.link_burst_bytes / 1024:.0f} KiB" if self.link_burst_bytes else "")
                 + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a host) read at {self.hot_rate / 1e9:.2f} "
-                   f"G edge-columns/s" if self.cache_bytes else ""))
+                   f"G edge-columns/s" if self.cache_bytes else "")
+                + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else ""))
 
     @property
     def hot_rate(self) -> float:
@@ -78,8 +83,10 @@ DEFAULT = Machine(name="default", sparse_per_core=2.05e9, dense_per_core=33.0e9,
 LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elementwise_per_core": (1e3, 1e15),
           "step_s": (0.0, 3600.0), "cores_per_host": (1, 1 << 20), "ranks_per_host": (0, 1 << 20),
           "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15),
-          "sparse_hot_per_core": (0.0, 1e15), "cache_bytes": (0.0, 1e15)}
-OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes")  # absent from older profiles: 0, not measured
+          "sparse_hot_per_core": (0.0, 1e15), "cache_bytes": (0.0, 1e15),
+          "epoch_fixed_s": (0.0, 3600.0)}
+# absent from older profiles: 0, not measured
+OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s")
 WHOLE = ("cores_per_host", "ranks_per_host")
 
 

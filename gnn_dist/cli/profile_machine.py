@@ -85,12 +85,36 @@ def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
             hot.append(hot_rate)
             x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
             dense.append(6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat))
-            b = torch.randn(d_in)
-            elem.append(2 * rows * d_in / median_of(lambda: (x + b, torch.relu(x)), repeat))
+            elem.append(elementwise_rate(x, repeat))
     finally:
         torch.set_num_threads(threads)
     return {"sparse_per_core": _harmonic(sparse), "sparse_hot_per_core": _harmonic(hot), "cache_bytes": float(cache),
             "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
+
+
+def elementwise_rate(x, repeat: int) -> float:
+    """Values per second of the passes the cost model counts as elementwise, as a step runs them: dropout
+    (training's hashed mask, forward and backward) and a bias (added forward, summed backward). Four
+    passes over x; x + b and ReLU alone ran 2.4x faster than the dropout kernel here, so the rate of
+    plain passes priced a step's elementwise work too cheap."""
+    import torch
+
+    from gnn_dist.nn.dropout import dropout
+    from gnn_dist.runtime import streams
+
+    b, g = torch.randn(x.shape[1]), torch.randn_like(x)
+    leaf = x.clone().requires_grad_(True)
+
+    def passes() -> tuple:
+        leaf.grad = None
+        dropout(leaf, 0.5, True).backward(g)
+        return (x + b, g.sum(0))
+
+    streams.begin(0, 0, 0)
+    try:
+        return 4 * x.numel() / median_of(passes, repeat)
+    finally:
+        streams.end()
 
 
 def sparse_rates(rows: int, width: int, share: int, repeat: int, degree: int = 10) -> tuple[float, float]:
@@ -193,8 +217,8 @@ def loopback_link(repeat: int, size: int = 8 << 20) -> tuple[float, float]:
 
 def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, float]:
     """(bytes per second per rank and direction, seconds per peer of an all-to-all) among the launched ranks:
-    1 MiB per peer gives the rate; the latency is the larger of empty all-to-alls back to back and what a
-    meeting adds between computing ranks (`meeting_seconds`), each the best of `repeat` x 10."""
+    1 MiB per peer gives the rate, empty all-to-alls back to back the latency (what a meeting costs between
+    ranks that compute is in `tiny_epoch`), each the median of `repeat` x 10."""
     import torch
     import torch.distributed as dist
 
@@ -211,35 +235,41 @@ def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, floa
 
     small = a2a_seconds(1)
     big = a2a_seconds(peer_bytes // 4)
-    return (p - 1) * peer_bytes / max(big - small, 1e-9), max(small, meeting_seconds(p, repeat)) / max(p - 1, 1)
+    return (p - 1) * peer_bytes / max(big - small, 1e-9), small / max(p - 1, 1)
 
 
-def meeting_seconds(p: int, repeat: int) -> float:
-    """What one all-to-all adds to ranks that compute between meetings, as training's do: ten rounds of
-    (a few ms of work, an empty all-to-all) less ten rounds of the work alone. Back-to-back all-to-alls find
-    every rank waiting on a free core; between computing ranks that outnumber the cores, the last to arrive
-    has to be scheduled first, and each waiting rank woken, which the empty ones never show."""
+TINY = {"width": 30, "height": 30, "features": 16}  # the graph of `tiny_epoch`: too small to weigh anything
+
+
+def tiny_epoch(ctx, epochs: int = 100) -> float:
+    """Wall seconds per epoch (training's `epoch_time`) of GCN training on a graph too small to weigh
+    anything (a 30 x 30 grid in contiguous blocks, one per rank) among the launched ranks: what every epoch
+    costs whatever the graph (Python, autograd, the exchange's machinery, gloo's threads, the meetings'
+    wake-ups). A step alone in one process (`step_seconds`) and empty all-to-alls back to back miss most
+    of it: 4 ranks sharing 2 cores here took 17.7 ms an epoch, each rank 10 ms of CPU (all its threads),
+    against a step of 1.0 ms alone and 0.5 ms a peer for an empty all-to-all."""
+    import numpy as np
     import torch
-    import torch.distributed as dist
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread, as each of several ranks on a host
-    m = torch.randn(256, 256)
-    send, recv = torch.zeros(p), torch.empty(p)
+    from gnn_dist.data.synthetic import grid
+    from gnn_dist.graph.local import LocalGraph
+    from gnn_dist.nn.models import build_model
+    from gnn_dist.runtime.exchange import HaloExchange
+    from gnn_dist.train.node import Trainer
+    from partition import build_parts
 
-    def rounds(meet: bool) -> None:
-        dist.barrier()
-        for _ in range(10):
-            for _ in range(3):  # about 3 ms of a core
-                torch.mm(m, m)
-            if meet:
-                dist.all_to_all_single(recv, send)
-        dist.barrier()
-
-    try:
-        return max(0.0, (median_of(lambda: rounds(True), repeat) - median_of(lambda: rounds(False), repeat)) / 10)
-    finally:
-        torch.set_num_threads(threads)
+    g = grid(**TINY)
+    p = ctx.world_size
+    plan = next(pl for k, pl in enumerate(build_parts(g, np.arange(g.num_nodes) * p // g.num_nodes, p)) if k == ctx.rank)
+    halo = HaloExchange(torch.from_numpy(plan.send_idx), plan.send_counts.tolist(), plan.recv_counts.tolist(),
+                        ctx.halo_group, None, ctx.rank)
+    graph = LocalGraph.from_plan(plan, g.num_classes, p, halo)
+    trainer = Trainer(build_model("gcn", g.num_features, 16, g.num_classes), graph, ctx, eval_every=0, progress="none")
+    trainer.fit(5)  # warm: first epochs build operators and buffers
+    trainer.history.clear()
+    trainer.fit(epochs)
+    times = [r["epoch_time"] for r in trainer.history]
+    return sum(times) / max(len(times), 1)
 
 
 def measure(args: argparse.Namespace):
@@ -263,6 +293,8 @@ def measure(args: argparse.Namespace):
     link, latency = ranks_link(ctx, args.repeat)
     dist.barrier()
     rates = compute_rates(args.rows, args.repeat, ctx.local_size)  # every rank at once, as in training: they share the cores
+    dist.barrier()
+    rates["epoch_fixed_s"] = tiny_epoch(ctx)
     table = torch.zeros(ctx.world_size, len(rates), dtype=torch.float64)
     table[ctx.rank] = torch.tensor([rates[k] for k in sorted(rates)], dtype=torch.float64)
     dist.all_reduce(table)
@@ -270,9 +302,10 @@ def measure(args: argparse.Namespace):
         return None
     busy = min(ctx.local_size, cores)  # cores the host's ranks kept busy
     summed = dict(zip(sorted(rates), table.sum(0).tolist()))
-    per_core = {k: v / busy for k, v in summed.items() if k not in ("step_s", "cache_bytes")}
+    per_core = {k: v / busy for k, v in summed.items() if k not in ("step_s", "cache_bytes", "epoch_fixed_s")}
     per_core["cache_bytes"] = rates["cache_bytes"]
     per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
+    per_core["epoch_fixed_s"] = summed["epoch_fixed_s"] / ctx.world_size  # the ranks' mean
     return Machine(name=args.name or socket.gethostname(), cores_per_host=cores,
                    ranks_per_host=0 if ctx.local_size == ctx.world_size else ctx.local_size,
                    link_bytes_per_s=link, latency_s=latency, **per_core)
