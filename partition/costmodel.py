@@ -19,8 +19,13 @@ flops, elementwise values) and its wire bytes per exchange, then prices them wit
   all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
   only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes
   `link_burst_bytes` of an epoch at line speed, the bucket refilling between epochs;
-- ranks sharing a host share its cores: an epoch takes at least the host's total work over its cores,
-  plus the wire time every rank pays (the all-to-alls are meetings: while all wait, no core computes).
+- the epoch in phases (`rank_phases`, partition.phases): each all-to-all and the all-reduce is a meeting
+  no rank passes before the last has arrived, so the epoch is, phase by phase, the last arrival plus the
+  meeting; ranks sharing a host's cores share them by processor sharing (n ranks on C < n cores at C / n
+  of a core each until one finishes). A profile measured among the ranks carries `epoch_fixed_s`, what
+  an epoch costs whatever the graph (Python, autograd, the exchange's machinery, the meetings' wake-ups):
+  it is added, and the phases then price the graph's work alone (without: `step_s` spread over the
+  phases, and the latency).
 
 The layer order follows gnn_dist.nn.conv.aggregate_first (GCN's: a layer exchanges the narrower of its
 input and output), and the first layer's input halo is fetched once (the input cache), so it costs

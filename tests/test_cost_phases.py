@@ -2,6 +2,8 @@
 meeting waits for the last rank, and a prediction is the sum of its phases, worked by hand."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from partition.costmodel import Workload, layers, predict, rank_phases, rank_work
@@ -66,3 +68,16 @@ def test_phases_hold_all_of_a_ranks_work(features, layers_):
     total = sum(ph.work_s + ph.overlap_s for ph in phases)
     assert total == pytest.approx(sparse / 1e9 + dense / 1e15 + elem / 1e15, rel=1e-12)
     assert all(ph.overlap_s == 0.0 for ph in rank_phases(part, plan, SPARSE_ONLY, 1, 3, overlap=False))
+
+
+def test_a_measured_fixed_epoch_replaces_the_step_and_the_latency():
+    """With `epoch_fixed_s` (measured among the ranks) the epoch is that plus the phases of the graph's work:
+    the step's fixed cost and the meetings' latency are inside it, not counted again."""
+    parts = [{"inner": 100, "central": 50, "halo": 40, "sent": 30, "edges": r - 100} for r in (7100, 20400)]
+    work = Workload(features=16, classes=4, hidden=16)
+    slow = dataclasses.replace(SPARSE_ONLY, step_s=0.5, latency_s=0.25)  # would dwarf everything if counted
+    bare = predict(parts, work, dataclasses.replace(SPARSE_ONLY, step_s=0.0, latency_s=0.0)).epoch_s
+    with_step = predict(parts, work, slow).epoch_s
+    assert with_step > bare + 0.5  # without the measurement, the step and latencies count
+    fixed = predict(parts, work, dataclasses.replace(slow, epoch_fixed_s=0.016))
+    assert fixed.epoch_s == pytest.approx(bare + 0.016, rel=1e-12)
