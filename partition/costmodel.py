@@ -17,8 +17,9 @@ flops, elementwise values) and its wire bytes per exchange, then prices them wit
   backward product is priced like the forward one (GCN's graphs are symmetric: the same rows are hubs);
 - wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, and the gradients'
   all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
-  only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes
-  `link_burst_bytes` of an epoch at line speed, the bucket refilling between epochs;
+  only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes what
+  its bucket holds (up to `link_burst_bytes`) at line speed, the bucket refilling at the link's rate while
+  the rank computes between meetings;
 - the epoch in phases (`rank_phases`, partition.phases): each all-to-all and the all-reduce is a meeting
   no rank passes before the last has arrived, so the epoch is, phase by phase, the last arrival plus the
   meeting; ranks sharing a host's cores share them by processor sharing (n ranks on C < n cores at C / n
@@ -85,6 +86,7 @@ class Prediction:
     busiest: int
     bottleneck: str  # "compute", "wire" or "shared cores": the largest of the phased epoch's three terms
     sharing_s: float = 0.0  # what ranks sharing a host's cores add to the phases (partition.phases)
+    meetings_s: float = 0.0  # the meetings' time beyond what ranks compute meanwhile (and the fixed epoch's)
 
     def summary(self) -> str:
         """One line: the predicted epoch, the busiest rank and what holds it."""
@@ -196,15 +198,13 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     runs into the next step's first phase). Its work sums to `rank_work`'s."""
     c = min(1.0, float(part["central"]) / max(float(part["inner"]), 1.0)) if overlap else 0.0
     rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
-    nbytes = sum(la.exchanges * rows * la.width * BYTES_PER_VALUE for la in plan)
-    # a shaped link passes its burst at line speed (the bucket refills between epochs): the rest at its rate
-    scale = max(0.0, nbytes - machine.link_burst_bytes) / nbytes if nbytes else 0.0
     out: list[Phase] = []
+    sizes: list[float] = []  # bytes each meeting sends (the larger of in and out)
     cur = 0.0
 
     def meet(before: float, during: float, width: int) -> None:
-        wire = machine.latency_s * peers + rows * width * BYTES_PER_VALUE * scale / machine.link_bytes_per_s
-        out.append(Phase(cur + before, during, wire if peers else 0.0))
+        out.append(Phase(cur + before, during))
+        sizes.append(rows * width * BYTES_PER_VALUE)
 
     terms = _layer_seconds(part, plan, machine, sharing)
     for la, (s, d, e_in, e_out) in zip(plan, terms):  # forward
@@ -221,8 +221,27 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
             continue
         meet(e_out + (1 - c) * s_b + (d_b if la.aggregate_first else 0.0), c * s_b, la.width)
         cur = e_in + (0.0 if la.aggregate_first else d_b)
-    out.append(Phase(cur, 0.0, machine.latency_s * peers))  # the gradients' all-reduce (a few KB)
-    return out
+    out.append(Phase(cur, 0.0))  # the gradients' all-reduce (a few KB)
+    sizes.append(0.0)
+    if not peers:
+        return out
+    wires = through_bucket(sizes, [ph.work_s for ph in out], machine)
+    return [Phase(ph.work_s, ph.overlap_s, machine.latency_s * peers + w) for ph, w in zip(out, wires)]
+
+
+def through_bucket(sizes: Sequence[float], idle_s: Sequence[float], machine: Machine) -> list[float]:
+    """Seconds each meeting's bytes take on the link. A link shaped by a token bucket (the network lab's tc
+    tbf: `link_burst_bytes`) passes what the bucket holds at line speed and the rest at its rate; the
+    bucket refills at that rate while the rank computes before the meeting (`idle_s`), up to the burst.
+    The epoch repeats, so the bucket's level is taken from a second pass."""
+    rate, burst = machine.link_bytes_per_s, machine.link_burst_bytes
+    level, wires = burst, []
+    for j in range(2 * len(sizes)):
+        k = j % len(sizes)
+        level = min(burst, level + idle_s[k] * rate)
+        wires.append(max(0.0, sizes[k] - level) / rate)
+        level = max(0.0, level - sizes[k])
+    return wires[len(sizes):]
 
 
 def _on_threads(phases: Sequence[Phase], threads: int, step_s: float) -> list[Phase]:
@@ -264,7 +283,7 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     terms = {"shared cores": ep.sharing_s, "compute": ep.compute_s + fixed, "wire": ep.wire_s}
     bottleneck = max(terms, key=lambda t: terms[t])  # ties: the first
     busiest = max(range(p), key=lambda k: one_core[k] if bottleneck == "shared cores" else ranks[k].epoch_s)
-    return Prediction(ranks, floor, ep.seconds + fixed, busiest, bottleneck, ep.sharing_s)
+    return Prediction(ranks, floor, ep.seconds + fixed, busiest, bottleneck, ep.sharing_s, ep.wire_s)
 
 
 def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[dict]:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from partition.costmodel import Workload, layers, predict, rank_phases, rank_work
+from partition.costmodel import Workload, layers, predict, rank_phases, rank_work, through_bucket
 from partition.machine import Machine
 from partition.phases import Phase, epoch, shared_makespan
 
@@ -81,3 +81,12 @@ def test_a_measured_fixed_epoch_replaces_the_step_and_the_latency():
     assert with_step > bare + 0.5  # without the measurement, the step and latencies count
     fixed = predict(parts, work, dataclasses.replace(slow, epoch_fixed_s=0.016))
     assert fixed.epoch_s == pytest.approx(bare + 0.016, rel=1e-12)
+
+
+def test_a_token_bucket_refills_while_the_rank_computes():
+    """300 bytes at two meetings, 1 s and 0.5 s of computing before them, 100 B/s, a 200-byte bucket: in the
+    steady state the bucket holds 100 bytes at the first meeting (refilled for 1 s) and 50 at the second."""
+    link = dataclasses.replace(SPARSE_ONLY, link_bytes_per_s=100.0, link_burst_bytes=200.0)
+    assert through_bucket([300.0, 300.0, 0.0], [1.0, 0.5, 0.0], link) == pytest.approx([2.0, 2.5, 0.0])
+    unshaped = dataclasses.replace(link, link_burst_bytes=0.0)
+    assert through_bucket([300.0, 300.0, 0.0], [1.0, 0.5, 0.0], unshaped) == pytest.approx([3.0, 3.0, 0.0])
