@@ -87,6 +87,7 @@ class Prediction:
     bottleneck: str  # "compute", "wire" or "shared cores": the largest of the phased epoch's three terms
     sharing_s: float = 0.0  # what ranks sharing a host's cores add to the phases (partition.phases)
     meetings_s: float = 0.0  # the meetings' time beyond what ranks compute meanwhile (and the fixed epoch's)
+    fixed_s: float = 0.0  # the profile's fixed epoch (`epoch_fixed_s`), included in epoch_s
 
     def summary(self) -> str:
         """One line: the predicted epoch, the busiest rank and what holds it."""
@@ -98,8 +99,9 @@ class Prediction:
                                f"the phases (rank {self.busiest} alone: {r.epoch_s:.4g} s; the host's work over its "
                                f"cores {self.host_floor_s:.4g} s)"}
         mean = sum(x.epoch_s for x in self.ranks) / len(self.ranks)
+        fixed = f"; and every epoch's fixed cost among these ranks, {self.fixed_s:.4g} s" if self.fixed_s else ""
         return (f"predicted epoch {self.epoch_s:.4g} s; busiest rank {self.busiest} ({r.epoch_s / mean:.2f}x the "
-                f"mean rank), bottleneck {self.bottleneck}: {why[self.bottleneck]}")
+                f"mean rank), bottleneck {self.bottleneck}: {why[self.bottleneck]}{fixed}")
 
 
 def layers(work: Workload) -> list[Layer]:
@@ -283,7 +285,7 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     terms = {"shared cores": ep.sharing_s, "compute": ep.compute_s + fixed, "wire": ep.wire_s}
     bottleneck = max(terms, key=lambda t: terms[t])  # ties: the first
     busiest = max(range(p), key=lambda k: one_core[k] if bottleneck == "shared cores" else ranks[k].epoch_s)
-    return Prediction(ranks, floor, ep.seconds + fixed, busiest, bottleneck, ep.sharing_s, ep.wire_s)
+    return Prediction(ranks, floor, ep.seconds + fixed, busiest, bottleneck, ep.sharing_s, ep.wire_s, fixed)
 
 
 def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[dict]:
@@ -341,6 +343,7 @@ def prediction_record(pred: Prediction, machine: Machine, work: Workload) -> dic
     """What a training log keeps of a prediction (one JSON line), for `gnn-dist info --run`."""
     return {"prediction": {"machine": machine.name, "epoch_s": round(pred.epoch_s, 6), "busiest": pred.busiest,
                            "bottleneck": pred.bottleneck, "host_floor_s": round(pred.host_floor_s, 6),
+                           "sharing_s": round(pred.sharing_s, 6), "fixed_s": round(pred.fixed_s, 6),
                            "workload": {"features": work.features, "classes": work.classes, "hidden": work.hidden,
                                         "layers": work.layers, "overlap": work.overlap},
                            "rank_compute_s": [round(r.compute_s, 6) for r in pred.ranks],
