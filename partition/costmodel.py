@@ -191,13 +191,14 @@ def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, shari
 
 
 def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int, peers: int,
-                overlap: bool) -> list[Phase]:
+                overlap: bool, fixed_s: float = 0.0) -> list[Phase]:
     """One rank's step as phases that end in meetings, at one core, in gnn_dist's order (nn.models,
     nn.message_passing.HaloSpMM): forward layer by layer, an exchanged layer's all-to-all starting before
     its product (after the linear map when it transforms first) and the central rows' share of the
     product computed while the rows travel, the rest after; backward in reverse, the halo rows' share of
     the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
-    runs into the next step's first phase). Its work sums to `rank_work`'s."""
+    runs into the next step's first phase). Its work sums to `rank_work`'s. A token-bucket link refills
+    while the rank computes, and during its share of the epoch's fixed cost (`fixed_s`, spread evenly)."""
     c = min(1.0, float(part["central"]) / max(float(part["inner"]), 1.0)) if overlap else 0.0
     rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
     out: list[Phase] = []
@@ -227,7 +228,7 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     sizes.append(0.0)
     if not peers:
         return out
-    wires = through_bucket(sizes, [ph.work_s for ph in out], machine)
+    wires = through_bucket(sizes, [ph.work_s + fixed_s / len(out) for ph in out], machine)
     return [Phase(ph.work_s, ph.overlap_s, machine.latency_s * peers + w) for ph, w in zip(out, wires)]
 
 
@@ -273,8 +274,8 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
         one_core.append(s + d + e + machine.step_s)
-        phased.append(_on_threads(rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap), threads,
-                                  graph_only.step_s))
+        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed)
+        phased.append(_on_threads(phases, threads, graph_only.step_s))
         compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
         wire = sum(max(0.0, ph.wire_s - ph.overlap_s) for ph in phased[-1])
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
