@@ -3,6 +3,8 @@
 Each rate is timed on one thread with the kernels training uses (the sparse product is gnn_dist's CSR
 product, the dense ones torch's), at sizes like a layer's; the link is this host's loopback (ranks on
 one host talk through it). The network lab (scripts/netlab.py) writes its links over a measured profile.
+Among launched ranks (`--link`) it also times an epoch of a tiny graph's training with those ranks: what
+every epoch costs whatever the graph (`tiny_epoch`, the profile's `epoch_fixed_s`).
 """
 from __future__ import annotations
 
