@@ -7,12 +7,26 @@ flops, elementwise values) and its wire bytes per exchange, then prices them wit
 
 - compute = work at one core's rates over the rank's threads (cores per host / ranks per host), plus the
   step's fixed cost (Python, autograd, optimiser) on one thread;
+- a sparse product is bound by where its source rows come from (a roofline with two roofs): a read of a
+  row in cache costs a few cycles, a read from memory a cache miss per row. A row stays in cache while
+  what the product reads between two of its reads fits the rank's share of the host's last-level cache
+  (the profile's `cache_bytes` over the ranks on the host), so only rows read
+  often enough are hot (`sparse_seconds`; their reads counted from the part's own in-degrees,
+  `top_reads`): they go at `sparse_hot_per_core`, the rest at `sparse_per_core` (uniformly random
+  columns). A power-law part's hubs are read hot, a uniform part of the same size is all cold. The
+  backward product is priced like the forward one (GCN's graphs are symmetric: the same rows are hubs);
 - wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, and the gradients'
   all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
-  only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes
-  `link_burst_bytes` of an epoch at line speed, the bucket refilling between epochs;
-- ranks sharing a host share its cores: an epoch takes at least the host's total work over its cores,
-  plus the wire time every rank pays (the all-to-alls are meetings: while all wait, no core computes).
+  only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes what
+  its bucket holds (up to `link_burst_bytes`) at line speed, the bucket refilling at the link's rate while
+  the rank computes between meetings;
+- the epoch in phases (`rank_phases`, partition.phases): each all-to-all and the all-reduce is a meeting
+  no rank passes before the last has arrived, so the epoch is, phase by phase, the last arrival plus the
+  meeting; ranks sharing a host's cores share them by processor sharing (n ranks on C < n cores at C / n
+  of a core each until one finishes). A profile measured among the ranks carries `epoch_fixed_s`, what
+  an epoch costs whatever the graph (Python, autograd, the exchange's machinery, the meetings' wake-ups):
+  it is added, and the phases then price the graph's work alone (without: `step_s` spread over the
+  phases, and the latency).
 
 The layer order follows gnn_dist.nn.conv.aggregate_first (GCN's: a layer exchanges the narrower of its
 input and output), and the first layer's input halo is fetched once (the input cache), so it costs
@@ -20,12 +34,14 @@ nothing per epoch. torch-free, so `gnn-dist partition` can use it; the runtime i
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from partition.machine import Machine
+from partition.phases import Phase, epoch
 
 BYTES_PER_VALUE = 4  # fp32 rows on the wire
 
@@ -48,6 +64,7 @@ class Layer:
     width: int  # columns of the sparse product and of the rows exchanged
     backward_sparse: bool  # the sparse product runs again backward (not for layer 0 aggregating its input)
     exchanges: int  # all-to-alls per epoch: forward, backward, both or none (layer 0's cached input)
+    aggregate_first: bool = True  # the sparse product before the linear map (the input's rows exchanged)
 
 
 @dataclass(frozen=True)
@@ -64,10 +81,13 @@ class RankCost:
 @dataclass(frozen=True)
 class Prediction:
     ranks: list[RankCost]
-    host_floor_s: float  # the busiest host's total work over its cores, plus the wire every rank pays
+    host_floor_s: float  # the busiest host's total work over its cores: a bound no epoch beats
     epoch_s: float
     busiest: int
-    bottleneck: str  # "compute", "wire" or "shared cores"
+    bottleneck: str  # "compute", "wire" or "shared cores": the largest of the phased epoch's three terms
+    sharing_s: float = 0.0  # what ranks sharing a host's cores add to the phases (partition.phases)
+    meetings_s: float = 0.0  # the meetings' time beyond what ranks compute meanwhile (and the fixed epoch's)
+    fixed_s: float = 0.0  # the profile's fixed epoch (`epoch_fixed_s`), included in epoch_s
 
     def summary(self) -> str:
         """One line: the predicted epoch, the busiest rank and what holds it."""
@@ -75,11 +95,13 @@ class Prediction:
         why = {"compute": f"compute {r.compute_s:.4g} s (at one core: sparse {r.sparse_s:.4g}, dense "
                           f"{r.dense_s:.4g}, elementwise {r.elementwise_s:.4g} s) + unhidden wire {r.wire_s:.4g} s",
                "wire": f"unhidden wire {r.wire_s:.4g} s + compute {r.compute_s:.4g} s",
-               "shared cores": f"its host's cores are shared: all its ranks' work over the cores takes "
-                               f"{self.host_floor_s:.4g} s (rank {self.busiest} alone: {r.epoch_s:.4g} s)"}
+               "shared cores": f"its host's cores are shared: waiting for a core adds {self.sharing_s:.4g} s to "
+                               f"the phases (rank {self.busiest} alone: {r.epoch_s:.4g} s; the host's work over its "
+                               f"cores {self.host_floor_s:.4g} s)"}
         mean = sum(x.epoch_s for x in self.ranks) / len(self.ranks)
+        fixed = f"; and every epoch's fixed cost among these ranks, {self.fixed_s:.4g} s" if self.fixed_s else ""
         return (f"predicted epoch {self.epoch_s:.4g} s; busiest rank {self.busiest} ({r.epoch_s / mean:.2f}x the "
-                f"mean rank), bottleneck {self.bottleneck}: {why[self.bottleneck]}")
+                f"mean rank), bottleneck {self.bottleneck}: {why[self.bottleneck]}{fixed}")
 
 
 def layers(work: Workload) -> list[Layer]:
@@ -92,8 +114,53 @@ def layers(work: Workload) -> list[Layer]:
         agg_first = d_in * (1 + (not first)) <= d_out * 2
         width = d_in if agg_first else d_out
         cached = first and agg_first  # the input features' halo is fetched once, and no gradient goes back
-        out.append(Layer(d_in, d_out, width, backward_sparse=not cached, exchanges=0 if cached else 2))
+        out.append(Layer(d_in, d_out, width, backward_sparse=not cached, exchanges=0 if cached else 2,
+                         aggregate_first=agg_first))
     return out
+
+
+def top_reads(counts: np.ndarray) -> list[int]:
+    """Reads of a part's 1, 2, 4, ... most-read source rows, up to all of them (`counts`: reads of each row by
+    the part's edges and self loops): the cumulative curve `sparse_seconds` takes its hot share from, in
+    log2(rows) + 1 numbers (what partition.json keeps per part)."""
+    cum = np.cumsum(np.sort(np.asarray(counts, dtype=np.int64))[::-1])
+    if cum.size == 0:
+        return [0]
+    tops = np.minimum(1 << np.arange(int(np.ceil(np.log2(cum.size))) + 1), cum.size) - 1
+    return [int(c) for c in cum[tops]]
+
+
+def plan_top_reads(indices: np.ndarray, num_inner: int, num_rows: int) -> list[int]:
+    """`top_reads` of a built part: its local edges' sources (inner and halo rows) and its inner rows' self loops."""
+    return top_reads(np.bincount(np.concatenate([np.asarray(indices, dtype=np.int64), np.arange(num_inner)]),
+                                 minlength=num_rows))
+
+
+def hot_reads(top: Sequence[int], threshold: float) -> float:
+    """Reads of the rows read at least `threshold` times each, from `top_reads`' curve: its steps (the 2nd
+    row, the 3rd and 4th, the 5th to 8th, ...) count whole when their mean reads per row reach it."""
+    hot, prev = 0.0, 0
+    for j, cum in enumerate(top):
+        rows = 1 if j == 0 else 1 << (j - 1)
+        if (cum - prev) / rows < threshold:
+            break
+        hot, prev = float(cum), cum
+    return hot
+
+
+def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int = 1) -> float:
+    """One sparse product of `layer` on one core: its reads of rows in cache at the hot rate, the rest at the
+    random-column rate. A row stays in cache (least recently used goes first) while the bytes read between
+    two of its reads fit the rank's share of it (the last-level cache over the `sharing` ranks of a host):
+    with a row's share of the reads f, 1 / f reads of row_bytes each, so the rows read at least
+    reads x row_bytes / share times. Parts without `top_reads` (older partitions) read every row cold."""
+    reads = float(part["edges"]) + float(part["inner"])  # the operator's edges and the self loops
+    top = part.get("top_reads")
+    hot = 0.0
+    if top and machine.cache_bytes:
+        share = machine.cache_bytes / sharing
+        hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share))
+    return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core) * layer.width
 
 
 def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float]:
@@ -101,8 +168,7 @@ def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float
     inner, edges, halo = float(part["inner"]), float(part["edges"]), float(part["halo"])
     sparse = dense = elem = 0.0
     for i, layer in enumerate(plan):
-        rows = edges + inner  # the operator's edges and the self loops
-        sparse += rows * layer.width * (1 + layer.backward_sparse)
+        sparse += (edges + inner) * layer.width * (1 + layer.backward_sparse)
         dense += 2.0 * inner * layer.d_in * layer.d_out * (2 + (i > 0))  # forward, weight grad, input grad
         # dropout (and ReLU) of the input, bias of the output, each forward and backward
         elem += 2.0 * (inner + (halo if i == 0 else 0.0)) * layer.d_in + 2.0 * inner * layer.d_out
@@ -115,20 +181,83 @@ def _threads(machine: Machine, num_parts: int) -> tuple[int, int]:
     return per_host, max(1, machine.cores_per_host // per_host)
 
 
-def _wire(part: Mapping, plan: Sequence[Layer], machine: Machine, peers: int, hidden_s: float) -> float:
-    """Unhidden seconds on the wire: each exchange's latency and bytes, less what central rows compute meanwhile."""
-    if peers == 0:
-        return 0.0
-    recv, sent = float(part["halo"]), float(part.get("sent", part["halo"]))
-    exchanges = sum(la.exchanges for la in plan) + 1  # and the gradients' all-reduce (a few KB)
-    nbytes = sum(la.exchanges * max(recv, sent) * la.width * BYTES_PER_VALUE for la in plan)
-    # a shaped link passes its burst at line speed; the bucket refills between epochs
-    total = machine.latency_s * peers * exchanges + max(0.0, nbytes - machine.link_burst_bytes) / machine.link_bytes_per_s
-    return max(0.0, total - hidden_s)
+def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int) -> list[tuple]:
+    """Per layer, one direction's seconds at one core: (sparse product, dense product, elementwise on its
+    input, elementwise on its output), as `rank_work` counts them."""
+    inner, halo = float(part["inner"]), float(part["halo"])
+    return [(sparse_seconds(part, la, machine, sharing), 2.0 * inner * la.d_in * la.d_out / machine.dense_per_core,
+             (inner + (halo if i == 0 else 0.0)) * la.d_in / machine.elementwise_per_core,
+             inner * la.d_out / machine.elementwise_per_core) for i, la in enumerate(plan)]
+
+
+def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int, peers: int,
+                overlap: bool, fixed_s: float = 0.0) -> list[Phase]:
+    """One rank's step as phases that end in meetings, at one core, in gnn_dist's order (nn.models,
+    nn.message_passing.HaloSpMM): forward layer by layer, an exchanged layer's all-to-all starting before
+    its product (after the linear map when it transforms first) and the central rows' share of the
+    product computed while the rows travel, the rest after; backward in reverse, the halo rows' share of
+    the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
+    runs into the next step's first phase). Its work sums to `rank_work`'s. A token-bucket link refills
+    while the rank computes, and during its share of the epoch's fixed cost (`fixed_s`, spread evenly)."""
+    c = min(1.0, float(part["central"]) / max(float(part["inner"]), 1.0)) if overlap else 0.0
+    rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
+    out: list[Phase] = []
+    sizes: list[float] = []  # bytes each meeting sends (the larger of in and out)
+    cur = 0.0
+
+    def meet(before: float, during: float, width: int) -> None:
+        out.append(Phase(cur + before, during))
+        sizes.append(rows * width * BYTES_PER_VALUE)
+
+    terms = _layer_seconds(part, plan, machine, sharing)
+    for la, (s, d, e_in, e_out) in zip(plan, terms):  # forward
+        if not la.exchanges:
+            cur += e_in + s + d + e_out
+            continue
+        meet(e_in + (0.0 if la.aggregate_first else d), c * s, la.width)
+        cur = (1 - c) * s + e_out + (d if la.aggregate_first else 0.0)
+    for i in reversed(range(len(plan))):  # backward
+        la, (s, d, e_in, e_out) = plan[i], terms[i]
+        s_b, d_b = s * la.backward_sparse, d * (1 + (i > 0))  # weight gradient, and the input's after layer 0
+        if not la.exchanges:
+            cur += e_out + d_b + s_b + e_in
+            continue
+        meet(e_out + (1 - c) * s_b + (d_b if la.aggregate_first else 0.0), c * s_b, la.width)
+        cur = e_in + (0.0 if la.aggregate_first else d_b)
+    out.append(Phase(cur, 0.0))  # the gradients' all-reduce (a few KB)
+    sizes.append(0.0)
+    if not peers:
+        return out
+    wires = through_bucket(sizes, [ph.work_s + fixed_s / len(out) for ph in out], machine)
+    return [Phase(ph.work_s, ph.overlap_s, machine.latency_s * peers + w) for ph, w in zip(out, wires)]
+
+
+def through_bucket(sizes: Sequence[float], idle_s: Sequence[float], machine: Machine) -> list[float]:
+    """Seconds each meeting's bytes take on the link. A link shaped by a token bucket (the network lab's tc
+    tbf: `link_burst_bytes`) passes what the bucket holds at line speed and the rest at its rate; the
+    bucket refills at that rate while the rank computes before the meeting (`idle_s`), up to the burst.
+    The epoch repeats, so the bucket's level is taken from a second pass."""
+    rate, burst = machine.link_bytes_per_s, machine.link_burst_bytes
+    level, wires = burst, []
+    for j in range(2 * len(sizes)):
+        k = j % len(sizes)
+        level = min(burst, level + idle_s[k] * rate)
+        wires.append(max(0.0, sizes[k] - level) / rate)
+        level = max(0.0, level - sizes[k])
+    return wires[len(sizes):]
+
+
+def _on_threads(phases: Sequence[Phase], threads: int, step_s: float) -> list[Phase]:
+    """Phases at one core to seconds on the rank's threads; the step's fixed cost (one thread) spread
+    evenly over them."""
+    fixed = step_s / len(phases)
+    return [Phase(ph.work_s / threads + fixed, ph.overlap_s / threads, ph.wire_s) for ph in phases]
 
 
 def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Prediction:
-    """Each rank's predicted epoch from its part's counts (keys inner, central, halo, edges, sent).
+    """Each rank's predicted epoch from its part's counts (keys inner, central, halo, edges, sent), and the
+    epoch: phase by phase, the last rank to reach each meeting, ranks sharing a host's cores
+    (partition.phases).
 
     `sent` (rows sent per layer) falls back to `halo` when absent (older partitions); the rank's peers
     are all other ranks.
@@ -136,28 +265,28 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     plan = layers(work)
     p = len(parts)
     per_host, threads = _threads(machine, p)
-    ranks, one_core = [], []
+    # a measured fixed epoch holds the step's fixed cost and the meetings' latency: the phases price the graph's work
+    fixed = machine.epoch_fixed_s
+    graph_only = dataclasses.replace(machine, step_s=0.0, latency_s=0.0) if fixed else machine
+    ranks, one_core, phased = [], [], []
     for k, part in enumerate(parts):
-        sparse, dense, elem = rank_work(part, plan)
-        s, d, e = (sparse / machine.sparse_per_core, dense / machine.dense_per_core,
-                   elem / machine.elementwise_per_core)
+        _, dense, elem = rank_work(part, plan)
+        s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
+        d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
         one_core.append(s + d + e + machine.step_s)
+        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed)
+        phased.append(_on_threads(phases, threads, graph_only.step_s))
         compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
-        central = float(part["central"]) / max(float(part["inner"]), 1.0)
-        fwd_sparse = sum((float(part["edges"]) + float(part["inner"])) * la.width
-                         for la in plan if la.exchanges) / machine.sparse_per_core / threads
-        hidden = 2 * central * fwd_sparse if work.overlap else 0.0  # forward and backward
-        wire = _wire(part, plan, machine, p - 1, hidden)
+        wire = sum(max(0.0, ph.wire_s - ph.overlap_s) for ph in phased[-1])
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
-    # every rank pays the wire all ranks pay (the all-to-alls meet): the cores are idle for it too
-    floor = (max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
-             + min(r.wire_s for r in ranks))
-    worst = max(ranks, key=lambda r: r.epoch_s)
-    if floor > worst.epoch_s:
-        busiest = max(range(p), key=lambda k: one_core[k])
-        return Prediction(ranks, floor, floor, busiest, "shared cores")
-    bottleneck = "compute" if worst.compute_s >= worst.wire_s else "wire"
-    return Prediction(ranks, floor, worst.epoch_s, worst.rank, bottleneck)
+    hosts = [range(h, min(h + per_host, p)) for h in range(0, p, per_host)]
+    ep = epoch(phased, hosts, machine.cores_per_host / threads)
+    # no epoch is shorter than the busiest host's total work over its cores (a bound, printed beside)
+    floor = max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
+    terms = {"shared cores": ep.sharing_s, "compute": ep.compute_s + fixed, "wire": ep.wire_s}
+    bottleneck = max(terms, key=lambda t: terms[t])  # ties: the first
+    busiest = max(range(p), key=lambda k: one_core[k] if bottleneck == "shared cores" else ranks[k].epoch_s)
+    return Prediction(ranks, floor, ep.seconds + fixed, busiest, bottleneck, ep.sharing_s, ep.wire_s, fixed)
 
 
 def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[dict]:
@@ -174,7 +303,16 @@ def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: 
     halo = np.bincount(pairs % num_parts, minlength=num_parts)
     sent = np.bincount(parts[pairs // num_parts], minlength=num_parts)
     return [{"inner": int(inner[k]), "central": int(central[k]), "halo": int(halo[k]), "edges": int(edges[k]),
-             "sent": int(sent[k])} for k in range(num_parts)]
+             "sent": int(sent[k]), "top_reads": tops} for k, tops in enumerate(_parts_top_reads(src, dst, parts, num_parts))]
+
+
+def _parts_top_reads(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[list[int]]:
+    """Per part, `top_reads` of its edges' sources and its self loops (as `plan_top_reads` counts a built part)."""
+    n = parts.shape[0]
+    keys = np.concatenate([parts[dst] * n + np.asarray(src, dtype=np.int64), parts * n + np.arange(n)])
+    rows, counts = np.unique(keys, return_counts=True)  # one entry per (reading part, row read)
+    bounds = np.searchsorted(rows // n, np.arange(num_parts + 1))
+    return [top_reads(counts[bounds[k]:bounds[k + 1]]) for k in range(num_parts)]
 
 
 def node_seconds(in_degree: np.ndarray, work: Workload, machine: Machine) -> np.ndarray:
@@ -199,13 +337,14 @@ def parts_from_meta(meta: Mapping) -> list[dict]:
     """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded)."""
     sent = (meta.get("stats") or {}).get("send_per_part")
     return [{"inner": r["inner"], "central": r["central"], "halo": r["halo"], "edges": r["edges"],
-             "sent": sent[k] if sent else r["halo"]} for k, r in enumerate(meta["parts"])]
+             "sent": sent[k] if sent else r["halo"], "top_reads": r.get("top_reads")} for k, r in enumerate(meta["parts"])]
 
 
 def prediction_record(pred: Prediction, machine: Machine, work: Workload) -> dict:
     """What a training log keeps of a prediction (one JSON line), for `gnn-dist info --run`."""
     return {"prediction": {"machine": machine.name, "epoch_s": round(pred.epoch_s, 6), "busiest": pred.busiest,
                            "bottleneck": pred.bottleneck, "host_floor_s": round(pred.host_floor_s, 6),
+                           "sharing_s": round(pred.sharing_s, 6), "fixed_s": round(pred.fixed_s, 6),
                            "workload": {"features": work.features, "classes": work.classes, "hidden": work.hidden,
                                         "layers": work.layers, "overlap": work.overlap},
                            "rank_compute_s": [round(r.compute_s, 6) for r in pred.ranks],

@@ -29,6 +29,14 @@ class Machine:
     link_bytes_per_s: float  # each rank's link, per direction
     latency_s: float  # per message, so per peer and all-to-all
     link_burst_bytes: float = 0.0  # token-bucket shaping (tc tbf, many clouds): bytes an epoch passes at line speed
+    # sparse products whose source rows stay in cache: edge x column multiply-adds per second on one core, and
+    # the host's last-level cache, which its ranks share (0 and 0: every read at sparse_per_core, as profiles before)
+    sparse_hot_per_core: float = 0.0
+    cache_bytes: float = 0.0
+    # an epoch's cost whatever the graph, among these ranks: the wall seconds of an epoch of a tiny graph's
+    # training (Python, autograd, the exchange's machinery, every meeting's wake-ups); 0: priced from step_s
+    # and latency_s instead (the default profile, profiles without the measurement)
+    epoch_fixed_s: float = 0.0
 
     def describe(self) -> str:
         """One line: what the predictions assume."""
@@ -37,7 +45,16 @@ class Machine:
                 f"{self.dense_per_core / 1e9:.1f} GFLOP/s, elementwise {self.elementwise_per_core / 1e9:.2f} "
                 f"G values/s per core, step {self.step_s * 1e3:.1f} ms; {self.cores_per_host} cores per host, {hosts}; link "
                 f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us"
-                + (f", burst {self.link_burst_bytes / 1024:.0f} KiB" if self.link_burst_bytes else ""))
+                + (f", burst {self.link_burst_bytes / 1024:.0f} KiB" if self.link_burst_bytes else "")
+                + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a host) read at {self.hot_rate / 1e9:.2f} "
+                   f"G edge-columns/s" if self.cache_bytes else "")
+                + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else ""))
+
+    @property
+    def hot_rate(self) -> float:
+        """Edge-columns per second on one core when the source rows are in cache (profiles without the
+        measurement: the random-column rate)."""
+        return self.sparse_hot_per_core or self.sparse_per_core
 
     def with_link(self, bits_per_s: float, latency_s: float | None = None, ranks_per_host: int | None = None,
                   name: str | None = None) -> "Machine":
@@ -51,18 +68,25 @@ class Machine:
 # Measured on the project's 2-core development box (AMD EPYC, torch 2.13 CPU), 2026-12-04: the per-core rates and
 # the step by `gnn-dist profile-machine` (one thread per kernel, nothing else running on purpose; the box is
 # shared, so +-30% from run to run), the link and latency by `scripts/netlab.py profile` with 4 ranks at
-# 1 Gbit/s (what gloo's all-to-alls get through tc's 1 Gbit/s: 0.63 Gbit/s). One rank per host with 2 cores
+# 1 Gbit/s (what gloo's all-to-alls get through tc's 1 Gbit/s: 0.63 Gbit/s); the rate of rows in cache and the
+# cache (its 32 MiB last level) by `gnn-dist profile-machine` on 2026-12-05. sparse_per_core is the older
+# operand's (200k random rows, which narrow widths still read from cache; today's cold operand gives 0.98e9):
+# kept, since the node weights use it and a new value would move default partitions. One rank per host with 2 cores
 # and its own link. Fixed here so that a partition made anywhere is the same partition.
 DEFAULT = Machine(name="default", sparse_per_core=2.05e9, dense_per_core=33.0e9, elementwise_per_core=0.92e9,
                   step_s=1.04e-3, cores_per_host=2, ranks_per_host=1, link_bytes_per_s=0.63e9 / 8,
-                  latency_s=646e-6)
+                  latency_s=646e-6, sparse_hot_per_core=4.29e9, cache_bytes=float(32 << 20))
 
 
 # Each number's plausible range (low, high): a profile outside them is a typo or a lie, and the model's
 # seconds would overflow to inf or round to nothing. Rates span a slow core to a large accelerator.
 LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elementwise_per_core": (1e3, 1e15),
           "step_s": (0.0, 3600.0), "cores_per_host": (1, 1 << 20), "ranks_per_host": (0, 1 << 20),
-          "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15)}
+          "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15),
+          "sparse_hot_per_core": (0.0, 1e15), "cache_bytes": (0.0, 1e15),
+          "epoch_fixed_s": (0.0, 3600.0)}
+# absent from older profiles: 0, not measured
+OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s")
 WHOLE = ("cores_per_host", "ranks_per_host")
 
 
@@ -94,7 +118,7 @@ def from_dict(data: object, source: str) -> Machine:
         raise DataError(f"machine profile {source}: unknown field '{unknown[0]}' (fields: {', '.join(names)})")
     out: dict = {}
     for name in names:
-        if name == "link_burst_bytes" and name not in data:  # optional: most links shape no bursts
+        if name in OPTIONAL and name not in data:  # most links shape no bursts; older profiles lack the cache
             continue
         if name not in data:
             raise DataError(f"machine profile {source} lacks the field '{name}'")

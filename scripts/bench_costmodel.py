@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -112,25 +113,77 @@ def repredict(row: dict, work_dir: str) -> dict:
 
         machine = dataclasses.replace(machine, link_burst_bytes=float(netlab.BURST_BYTES))
     pred = predict(parts_from_meta(meta), Workload(meta["num_features"], meta["num_classes"], row["hidden"]), machine)
-    return dict(row, predicted_s=pred.epoch_s, bottleneck=pred.bottleneck, busiest=pred.busiest)
+    # the busiest rank's compute in wall seconds: the phases' makespans, less the meetings beyond them
+    return dict(row, predicted_s=pred.epoch_s, bottleneck=pred.bottleneck, busiest=pred.busiest,
+                predicted_compute_s=pred.epoch_s - pred.meetings_s - machine.epoch_fixed_s)
 
 
 def slug_of(dataset: str) -> str:
     return dataset.replace(":", "-").replace(",", "-").replace("=", "")
 
 
-def table(path: str, work_dir: str, again: bool) -> None:
+# What another checkout's cost model predicts for each row (stdin: the rows; stdout: a JSON list of seconds), run
+# there with its own `partition`: the profile's fields that checkout does not know are dropped (they are
+# measurements its model does not use).
+BASELINE = """
+import dataclasses, json, sys
+from partition.costmodel import Workload, parts_from_meta, predict
+from partition.machine import Machine, from_dict
+from partition.store import read_meta
+known = {f.name for f in dataclasses.fields(Machine)}
+out = []
+for row in json.load(sys.stdin):
+    meta = read_meta(row["partition"])
+    machine = from_dict({k: v for k, v in row["machine"].items() if k in known}, "row")
+    work = Workload(meta["num_features"], meta["num_classes"], row["hidden"])
+    out.append(predict(parts_from_meta(meta), work, machine).epoch_s)
+print(json.dumps(out))
+"""
+
+
+def baseline(rows: list[dict], checkout: str) -> list[float]:
+    """Each row's epoch as the cost model of `checkout` (e.g. main's worktree) predicts it."""
+    done = subprocess.run([sys.executable, "-c", BASELINE], input=json.dumps(rows), capture_output=True, text=True,
+                          cwd=checkout, env={**os.environ, "PYTHONPATH": checkout})
+    if done.returncode != 0:
+        raise SystemExit(f"bench_costmodel: pricing with {checkout} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout)
+
+
+def table(path: str, work_dir: str, again: bool, split: bool = False, against: str = "") -> None:
     rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
-    if again:
+    if again or split:
         sys.path.insert(0, str(ROOT))
         rows = [repredict(r, work_dir) for r in rows]
-    print("| where | ranks | link | graph | partition | measured epoch s | predicted s | predicted / measured | "
-          "bottleneck (busiest rank) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    if split:
+        split_table(rows)
+        return
+    base = baseline(rows, against) if against else None
+    extra = ("", "") if base is None else (" baseline predicted s | baseline / measured |", "---|---|")
+    print("| where | ranks | link | graph | partition | measured epoch s |" + extra[0] + " predicted s | "
+          "predicted / measured | bottleneck (busiest rank) |")
+    print("|---|---|---|---|---|---|" + extra[1] + "---|---|---|")
+    for k, r in enumerate(rows):
+        b = "" if base is None else f" {base[k]:.4f} | {base[k] / r['epoch_s']:.2f} |"
+        print(f"| {r['where']} | {r['ranks']} | {r['rate']} | `{r['dataset']}` | {r['balance']} | {r['epoch_s']:.4f} |"
+              f"{b} {r['predicted_s']:.4f} | {r['predicted_s'] / r['epoch_s']:.2f} | {r['bottleneck']} ({r['busiest']}) |")
+    near = lambda v: sum(abs(x / r["epoch_s"] - 1) <= 0.2 for x, r in zip(v, rows))  # noqa: E731
+    print(f"\nwithin 20%: {near([r['predicted_s'] for r in rows])} of {len(rows)}"
+          + ("" if base is None else f" (baseline: {near(base)})"))
+
+
+def split_table(rows: list[dict]) -> None:
+    """The epoch in parts: measured, the busiest rank's compute (the largest rank's mean compute seconds) and
+    the rest (waiting on the wire and on other ranks); predicted, the phases' makespans of the graph's work,
+    the meetings beyond them, and the profile's fixed epoch (Python, autograd, exchange machinery, wake-ups:
+    in training part compute, part waiting)."""
+    print("| where | ranks | graph | compute measured s | rest measured s | phases predicted s | meetings predicted s | "
+          "fixed epoch s |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['where']} | {r['ranks']} | {r['rate']} | `{r['dataset']}` | {r['balance']} | {r['epoch_s']:.4f} | "
-              f"{r['predicted_s']:.4f} | {r['predicted_s'] / r['epoch_s']:.2f} | {r['bottleneck']} "
-              f"({r['busiest']}) |")
+        mc, pc, fixed = max(r["rank_compute_s"]), r["predicted_compute_s"], r["machine"].get("epoch_fixed_s", 0.0)
+        print(f"| {r['where']} | {r['ranks']} | `{r['dataset'].split(':')[0]}` | {mc:.4f} | {r['epoch_s'] - mc:.4f} | "
+              f"{pc:.4f} | {r['predicted_s'] - pc - fixed:.4f} | {fixed:.4f} |")
 
 
 def main() -> None:
@@ -155,9 +208,13 @@ def main() -> None:
     t.add_argument("results")
     t.add_argument("--repredict", action="store_true",
                    help="predict each row again with the current cost model (its partition and measured profile)")
+    t.add_argument("--split", action="store_true",
+                   help="the busiest rank's compute and the rest of the epoch, measured beside predicted (repredicts)")
     t.add_argument("--work", default="/tmp/gnn-costbench")
+    t.add_argument("--baseline", default="", metavar="CHECKOUT",
+                   help="also the predictions of the cost model in CHECKOUT (e.g. main's worktree), side by side")
     a = ap.parse_args()
-    run(a) if a.cmd == "run" else table(a.results, a.work, a.repredict)
+    run(a) if a.cmd == "run" else table(a.results, a.work, a.repredict, a.split, a.baseline)
 
 
 if __name__ == "__main__":

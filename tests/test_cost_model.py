@@ -3,6 +3,7 @@ predictions follow the model's arithmetic, shared cores floor the epoch, profile
 and the default partition never predicts slower than node-balanced METIS."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from gnn_dist.data import load_dataset
 from partition import assign_parts, build_parts
 from partition.cost_parts import NODE_BOUND, choose
-from partition.costmodel import Workload, layers, part_counts, predict
+from partition.costmodel import Workload, layers, part_counts, plan_top_reads, predict
 from partition.errors import DataError
 from partition.machine import DEFAULT, Machine, from_dict, load, save
 from tests.conftest import one_error_line, run_cli, run_mpi
@@ -52,7 +53,8 @@ def test_counts_from_an_assignment_match_the_written_plans(rmat):
     counts = part_counts(src, dst, parts, 4)
     for plan, c in zip(build_parts(rmat, parts, 4), counts):
         assert c == {"inner": plan.num_inner, "central": plan.num_central, "halo": plan.num_halo,
-                     "edges": plan.num_edges, "sent": int(plan.send_counts.sum())}
+                     "edges": plan.num_edges, "sent": int(plan.send_counts.sum()),
+                     "top_reads": plan_top_reads(plan.indices, plan.num_inner, plan.num_inner + plan.num_halo)}
 
 
 def test_layer_plan_follows_aggregate_first():
@@ -160,9 +162,13 @@ def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
 
 
 def test_refine_on_the_default_is_kept_only_when_predicted_faster(tmp_path):
-    spec = "rmat:scale=13,edges=120000,seed=1"  # here refining the cost-weighted choice predicts slower
-    plain = run_cli("partition", "--dataset", spec, "--parts", "4", "--out", str(tmp_path / "a"))
-    refined = run_cli("partition", "--dataset", spec, "--parts", "4", "--refine", "--out", str(tmp_path / "b"))
+    # behind a link that costs nothing, refining (fewer rows on the busiest link, more halo in all) can only
+    # add work: predicted slower, so left out
+    spec, free = "rmat:scale=13,edges=100000,seed=1", tmp_path / "free-link.json"
+    save(dataclasses.replace(DEFAULT, name="free-link", link_bytes_per_s=1e12, latency_s=0.0), str(free))
+    plain = run_cli("partition", "--dataset", spec, "--parts", "4", "--machine", str(free), "--out", str(tmp_path / "a"))
+    refined = run_cli("partition", "--dataset", spec, "--parts", "4", "--refine", "--machine", str(free), "--out",
+                      str(tmp_path / "b"))
     assert plain.returncode == refined.returncode == 0, refined.stderr
     assert "refinement left out" in refined.stderr, refined.stderr
     from partition.store import read_meta, read_node_map

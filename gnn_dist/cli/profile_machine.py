@@ -3,6 +3,8 @@
 Each rate is timed on one thread with the kernels training uses (the sparse product is gnn_dist's CSR
 product, the dense ones torch's), at sizes like a layer's; the link is this host's loopback (ranks on
 one host talk through it). The network lab (scripts/netlab.py) writes its links over a measured profile.
+Among launched ranks (`--link`) it also times an epoch of a tiny graph's training with those ranks: what
+every epoch costs whatever the graph (`tiny_epoch`, the profile's `epoch_fixed_s`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="FILE", help="the JSON profile to write")
     p.add_argument("--name", default=None, help="the profile's name (default: this host's name)")
     p.add_argument("--rows", type=int, default=200_000, help="rows of the timed operands (default 200000)")
-    p.add_argument("--repeat", type=int, default=5, help="timings per kernel; the median is kept (default 5)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timings per kernel; the fastest is kept, what the kernel runs at when nothing else takes "
+                        "the core (default 5)")
     p.add_argument("--link", action="store_true",
                    help="measure the link among the launched ranks with all-to-alls as training sends them (run "
                         "under `mpiexec -n P` or the network lab's `run`; rank 0 writes the profile) instead of "
@@ -31,7 +35,10 @@ def add_parser(sub) -> None:
 
 
 def median_of(fn, repeat: int) -> float:
-    """The median of `repeat` calls after one warm-up: the rate a kernel keeps inside a training step."""
+    """The median of `repeat` calls after one warm-up: the rate a kernel keeps inside a training step. (The
+    fastest call would be the kernel alone, faster than training ever runs it beside its other ranks: tried
+    on 2026-12-05, it predicted every local row of docs/benchmarks.md's table far too fast. Against other
+    jobs on a shared host, take the profile and the run under one lock instead.)"""
     fn()
     times = []
     for _ in range(repeat):
@@ -45,36 +52,98 @@ def median_of(fn, repeat: int) -> float:
 WIDTHS = ((32, 16), (16, 8), (128, 16), (16, 128), (128, 128))
 
 
-def compute_rates(rows: int, repeat: int) -> dict:
+def cache_bytes() -> int:
+    """This host's last-level cache (0 where the OS does not say: every read priced cold). A part whose rows
+    fit its share of it reads them there; what no longer fits comes from memory at the random-column rate."""
+    from pathlib import Path
+
+    sizes = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            if (index / "type").read_text().strip() != "Instruction":
+                size = (index / "size").read_text().strip().upper()
+                unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+                sizes[int((index / "level").read_text())] = int(size.rstrip("KMG")) * unit
+        except (OSError, ValueError):
+            continue
+    return sizes[max(sizes)] if sizes else 0
+
+
+def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
     """Sparse edge-columns, dense flops and elementwise values per second on one thread, each kernel as a
-    training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths."""
+    training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths;
+    the sparse product from memory and from cache (`sparse_rates`), `sharing` ranks timed at once."""
+    import torch
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cache = cache_bytes()
+    try:
+        sparse, hot, dense, elem = [], [], [], []
+        for d_in, d_out in WIDTHS:
+            cold_rate, hot_rate = sparse_rates(rows, d_in, cache // sharing, repeat)
+            sparse.append(cold_rate)
+            hot.append(hot_rate)
+            x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
+            dense.append(6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat))
+            elem.append(elementwise_rate(x, repeat))
+    finally:
+        torch.set_num_threads(threads)
+    return {"sparse_per_core": _harmonic(sparse), "sparse_hot_per_core": _harmonic(hot), "cache_bytes": float(cache),
+            "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
+
+
+def elementwise_rate(x, repeat: int) -> float:
+    """Values per second of the passes the cost model counts as elementwise, as a step runs them: dropout
+    (training's hashed mask, forward and backward) and a bias (added forward, summed backward). Four
+    passes over x; x + b and ReLU alone ran 2.4x faster than the dropout kernel here, so the rate of
+    plain passes priced a step's elementwise work too cheap."""
+    import torch
+
+    from gnn_dist.nn.dropout import dropout
+    from gnn_dist.runtime import streams
+
+    b, g = torch.randn(x.shape[1]), torch.randn_like(x)
+    leaf = x.clone().requires_grad_(True)
+
+    def passes() -> tuple:
+        leaf.grad = None
+        dropout(leaf, 0.5, True).backward(g)
+        return (x + b, g.sum(0))
+
+    streams.begin(0, 0, 0)
+    try:
+        return 4 * x.numel() / median_of(passes, repeat)
+    finally:
+        streams.end()
+
+
+def sparse_rates(rows: int, width: int, share: int, repeat: int, degree: int = 10) -> tuple[float, float]:
+    """Edge-columns per second of `rows` output rows of `degree` random columns each, `width` wide: the
+    columns among rows twice the cache `share` (each read from memory), and among rows a quarter of it (each
+    read from cache, as a power-law graph's hubs or a small part's rows; a quarter leaves room for the
+    streams the product also reads and writes, which at a full share evict rows). Without a known cache,
+    both cold."""
     import warnings
 
     import torch
 
     from gnn_dist.graph.local import spmm
 
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        degree = 10
-        crow = torch.arange(0, rows * degree + 1, degree, dtype=torch.int64)
-        col = torch.randint(0, rows, (rows * degree,), dtype=torch.int64)
+    crow = torch.arange(0, rows * degree + 1, degree, dtype=torch.int64)
+
+    def rate(among: int) -> float:
+        col = torch.randint(0, among, (rows * degree,), dtype=torch.int64)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
-            a = torch.sparse_csr_tensor(crow, col, torch.rand(rows * degree), (rows, rows))
-        sparse, dense, elem = [], [], []
-        for d_in, d_out in WIDTHS:
-            x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
-            sparse.append(rows * degree * d_in / median_of(lambda: spmm(a, x), repeat))
-            dense.append(6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat))
-            b = torch.randn(d_in)
-            elem.append(2 * rows * d_in / median_of(lambda: (x + b, torch.relu(x)), repeat))
-    finally:
-        torch.set_num_threads(threads)
-    return {"sparse_per_core": _harmonic(sparse), "dense_per_core": _harmonic(dense),
-            "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
+            a = torch.sparse_csr_tensor(crow, col, torch.rand(rows * degree), (rows, among))
+        x = torch.randn(among, width)
+        return rows * degree * width / median_of(lambda: spmm(a, x), repeat)
+
+    row_bytes = 4 * width
+    cold = rate(max(rows, 2 * share // row_bytes))
+    return cold, (rate(max(1, share // 4 // row_bytes)) if share else cold)
 
 
 def step_seconds(repeat: int) -> float:
@@ -150,7 +219,8 @@ def loopback_link(repeat: int, size: int = 8 << 20) -> tuple[float, float]:
 
 def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, float]:
     """(bytes per second per rank and direction, seconds per peer of an all-to-all) among the launched ranks:
-    empty all-to-alls give the latency, 1 MiB per peer the rate, each the median of `repeat` x 10."""
+    1 MiB per peer gives the rate, empty all-to-alls back to back the latency (what a meeting costs between
+    ranks that compute is in `tiny_epoch`), each the median of `repeat` x 10."""
     import torch
     import torch.distributed as dist
 
@@ -168,6 +238,40 @@ def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, floa
     small = a2a_seconds(1)
     big = a2a_seconds(peer_bytes // 4)
     return (p - 1) * peer_bytes / max(big - small, 1e-9), small / max(p - 1, 1)
+
+
+TINY = {"width": 30, "height": 30, "features": 16}  # the graph of `tiny_epoch`: too small to weigh anything
+
+
+def tiny_epoch(ctx, epochs: int = 100) -> float:
+    """Wall seconds per epoch (training's `epoch_time`) of GCN training on a graph too small to weigh
+    anything (a 30 x 30 grid in contiguous blocks, one per rank) among the launched ranks: what every epoch
+    costs whatever the graph (Python, autograd, the exchange's machinery, gloo's threads, the meetings'
+    wake-ups). A step alone in one process (`step_seconds`) and empty all-to-alls back to back miss most
+    of it: 4 ranks sharing 2 cores here took 17.7 ms an epoch, each rank 10 ms of CPU (all its threads),
+    against a step of 1.0 ms alone and 0.5 ms a peer for an empty all-to-all."""
+    import numpy as np
+    import torch
+
+    from gnn_dist.data.synthetic import grid
+    from gnn_dist.graph.local import LocalGraph
+    from gnn_dist.nn.models import build_model
+    from gnn_dist.runtime.exchange import HaloExchange
+    from gnn_dist.train.node import Trainer
+    from partition import build_parts
+
+    g = grid(**TINY)
+    p = ctx.world_size
+    plan = next(pl for k, pl in enumerate(build_parts(g, np.arange(g.num_nodes) * p // g.num_nodes, p)) if k == ctx.rank)
+    halo = HaloExchange(torch.from_numpy(plan.send_idx), plan.send_counts.tolist(), plan.recv_counts.tolist(),
+                        ctx.halo_group, None, ctx.rank)
+    graph = LocalGraph.from_plan(plan, g.num_classes, p, halo)
+    trainer = Trainer(build_model("gcn", g.num_features, 16, g.num_classes), graph, ctx, eval_every=0, progress="none")
+    trainer.fit(5)  # warm: first epochs build operators and buffers
+    trainer.history.clear()
+    trainer.fit(epochs)
+    times = [r["epoch_time"] for r in trainer.history]
+    return sum(times) / max(len(times), 1)
 
 
 def measure(args: argparse.Namespace):
@@ -190,7 +294,9 @@ def measure(args: argparse.Namespace):
                          "network lab")
     link, latency = ranks_link(ctx, args.repeat)
     dist.barrier()
-    rates = compute_rates(args.rows, args.repeat)  # every rank at once, as in training: they share the cores
+    rates = compute_rates(args.rows, args.repeat, ctx.local_size)  # every rank at once, as in training: they share the cores
+    dist.barrier()
+    rates["epoch_fixed_s"] = tiny_epoch(ctx)
     table = torch.zeros(ctx.world_size, len(rates), dtype=torch.float64)
     table[ctx.rank] = torch.tensor([rates[k] for k in sorted(rates)], dtype=torch.float64)
     dist.all_reduce(table)
@@ -198,8 +304,10 @@ def measure(args: argparse.Namespace):
         return None
     busy = min(ctx.local_size, cores)  # cores the host's ranks kept busy
     summed = dict(zip(sorted(rates), table.sum(0).tolist()))
-    per_core = {k: v / busy for k, v in summed.items() if k != "step_s"}
+    per_core = {k: v / busy for k, v in summed.items() if k not in ("step_s", "cache_bytes", "epoch_fixed_s")}
+    per_core["cache_bytes"] = rates["cache_bytes"]
     per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
+    per_core["epoch_fixed_s"] = summed["epoch_fixed_s"] / ctx.world_size  # the ranks' mean
     return Machine(name=args.name or socket.gethostname(), cores_per_host=cores,
                    ranks_per_host=0 if ctx.local_size == ctx.world_size else ctx.local_size,
                    link_bytes_per_s=link, latency_s=latency, **per_core)

@@ -1,0 +1,95 @@
+"""The cost model's rows in cache: a part's reads of its most-read rows at the profile's hot rate, the rest at
+the random-column rate (partition.costmodel.sparse_seconds), and the profile fields that carry it."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gnn_dist.data import load_dataset
+from partition import assign_parts
+from partition.costmodel import Workload, hot_reads, layers, part_counts, parts_from_meta, predict, top_reads
+from partition.errors import DataError
+from partition.machine import DEFAULT, Machine, from_dict, load, save
+from partition.store import read_meta
+from tests.conftest import run_cli, run_mpi
+
+# every rate a round number; rows in cache read 4x as fast; 64 KiB of cache
+CACHED = Machine(name="cached", sparse_per_core=1e9, dense_per_core=1e10, elementwise_per_core=1e9, step_s=0.0,
+                 cores_per_host=2, ranks_per_host=1, link_bytes_per_s=1e8, latency_s=1e-4,
+                 sparse_hot_per_core=4e9, cache_bytes=float(64 << 10))
+WORK = Workload(features=20, classes=8, hidden=8, layers=1, overlap=False)  # 20 > 2 x 8: one product of width 8, both ways
+
+
+def test_top_reads_and_hot_reads_by_hand():
+    # rows read 1, 5, 1, 3 times: most-read first 5, 8, 9, 10; kept at the 1st, 2nd and 4th
+    top = top_reads(np.array([1, 5, 1, 3]))
+    assert top == [5, 8, 10]
+    # the rows read at least so many times: the 3rd and 4th (once each) count from 1, the 2nd from 3
+    assert [hot_reads(top, t) for t in (0.5, 1, 2, 3, 4, 5, 6)] == [10.0, 10.0, 8.0, 8.0, 5.0, 5.0, 0.0]
+    assert top_reads(np.array([], dtype=np.int64)) == [0] and top_reads(np.array([7])) == [7]
+
+
+def _graph(skewed: bool, n: int = 20_000, e: int = 200_000) -> tuple[np.ndarray, np.ndarray]:
+    """`e` edges among `n` nodes, every node receiving about as many; sources uniform, or drawn from a
+    power law (a few hubs read by most edges)."""
+    rng = np.random.default_rng(0)
+    dst = rng.integers(0, n, e)
+    src = (np.minimum(rng.zipf(1.5, e) - 1, n - 1) if skewed else rng.integers(0, n, e))
+    return src, dst
+
+
+def test_a_skewed_graph_is_predicted_faster_than_a_uniform_one_of_the_same_size():
+    one = np.zeros(20_000, dtype=np.int64)
+    uniform, skewed = (part_counts(*_graph(s), one, 1)[0] for s in (False, True))
+    assert (uniform["edges"], uniform["inner"]) == (skewed["edges"], skewed["inner"])
+    u, s = (predict([p], WORK, CACHED).ranks[0] for p in (uniform, skewed))
+    assert s.sparse_s < 0.6 * u.sparse_s, (s.sparse_s, u.sparse_s)
+    # the arithmetic: hot are the rows read at least once in every 64 KiB of 8-column rows read (2048 reads),
+    # each product twice (forward, backward); the uniform graph's rows are read about 11 times in 220,000
+    for part, r in ((uniform, u), (skewed, s)):
+        reads = part["edges"] + part["inner"]
+        hot = hot_reads(part["top_reads"], reads / 2048)
+        assert r.sparse_s == pytest.approx(2 * 8 * (hot / 4e9 + (reads - hot) / 1e9))
+    assert u.sparse_s == pytest.approx(2 * 8 * (uniform["edges"] + uniform["inner"]) / 1e9)
+    # without the measurement (older profiles, older partitions), every read at the random-column rate
+    cold = Machine(**dict(CACHED.__dict__, sparse_hot_per_core=0.0, cache_bytes=0.0))
+    assert predict([skewed], WORK, cold).ranks[0].sparse_s == pytest.approx(2 * 8 * (skewed["edges"] + skewed["inner"]) / 1e9)
+    old = {k: v for k, v in skewed.items() if k != "top_reads"}
+    assert predict([old], WORK, CACHED).ranks[0].sparse_s == predict([skewed], WORK, cold).ranks[0].sparse_s
+    assert (layers(WORK)[0].width, layers(WORK)[0].backward_sparse) == (8, True)
+
+
+def test_partition_json_keeps_each_parts_top_reads(tmp_path):
+    spec = "rmat:scale=11,edges=30000,seed=2"
+    r = run_cli("partition", "--dataset", spec, "--parts", "3", "--balance", "nodes", "--out", str(tmp_path / "p"))
+    assert r.returncode == 0, r.stderr
+    g = load_dataset(spec)
+    counts = part_counts(*g.edge_index(), assign_parts(g, 3, "metis"), 3)  # the same assignment, from the graph
+    assert [p["top_reads"] for p in parts_from_meta(read_meta(tmp_path / "p"))] == [c["top_reads"] for c in counts]
+
+
+def test_profiles_with_and_without_the_cache_fields(tmp_path):
+    f = tmp_path / "m.json"
+    save(CACHED, str(f))
+    assert load(str(f)) == CACHED and "rows in cache (0.0625 MiB a host) read at 4.00" in CACHED.describe()
+    assert DEFAULT.sparse_hot_per_core > DEFAULT.sparse_per_core and DEFAULT.cache_bytes > 0
+    old = {k: v for k, v in json.loads(f.read_text()).items() if k not in ("sparse_hot_per_core", "cache_bytes")}
+    m = from_dict(old, "old.json")  # written before the fields: every read at the random-column rate
+    assert (m.sparse_hot_per_core, m.cache_bytes, m.hot_rate) == (0.0, 0.0, 1e9) and "in cache" not in m.describe()
+    for field in ("sparse_hot_per_core", "cache_bytes"):
+        with pytest.raises(DataError, match=f"'{field}' must be between"):
+            from_dict(dict(old, **{field: -1}), "m.json")
+
+
+@pytest.mark.slow
+def test_profile_machine_among_ranks_keeps_the_hosts_cache(tmp_path):
+    """Ranks' rates are summed over the cores they share; the cache is the host's, whatever the ranks."""
+    single, linked = tmp_path / "one.json", tmp_path / "two.json"
+    assert run_cli("profile-machine", "--out", str(single), "--rows", "2000", "--repeat", "1").returncode == 0
+    run_mpi(2, "profile-machine", "--link", "--out", str(linked), "--rows", "2000", "--repeat", "1")
+    one, two = load(str(single)), load(str(linked))
+    assert one.cache_bytes == two.cache_bytes > 0 and two.sparse_hot_per_core > 0 and two.latency_s > 0
+    # among ranks, an epoch's fixed cost from a tiny training (alone, none: step_s and the latency stand for it)
+    assert one.epoch_fixed_s == 0.0 and 0.0 < two.epoch_fixed_s < 1.0 and "fixed cost" in two.describe()
