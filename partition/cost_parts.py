@@ -7,12 +7,13 @@ w = (cost / mean cost + 1) / 2, which keeps every part's node count under 2x the
 swaps, which keep node counts, even out the cost itself. Each step is kept only when the predicted
 slowest rank falls, and the node-balanced partition of before is a candidate too, so the default never
 predicts slower than it (and replaces it only when predicted 2% faster: less is within the
-model's error).
+model's error). A method may add node-balanced candidates of its own (`others`: METIS's volume objective,
+which evens the busiest link's rows on power-law graphs where the cut leaves one rank receiving most).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -42,9 +43,10 @@ def combined_weight(cost: np.ndarray) -> np.ndarray:
 
 
 def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.ndarray], work: Workload,
-           machine: Machine) -> Choice:
+           machine: Machine, others: Mapping[str, Callable[[], np.ndarray]] | None = None) -> Choice:
     """`run(weights)` partitions with one weight column (None: node counts); returns the candidate whose
-    predicted epoch is least: node-balanced, cost-weighted, and each swapped for even cost."""
+    predicted epoch is least: node-balanced, cost-weighted, each of `others` (name -> a partition), and each
+    swapped for even cost."""
     src, dst = graph.edge_index()
 
     def priced(parts: np.ndarray) -> Prediction:
@@ -66,6 +68,8 @@ def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.n
     weighted = np.asarray(run(combined_weight(cost)), dtype=np.int32)
     if np.bincount(weighted, minlength=num_parts).min() > 0:
         consider("cost-weighted", weighted)
+    for name, make in (others or {}).items():
+        consider(name, np.asarray(make(), dtype=np.int32))
     best = min(candidates, key=lambda k: candidates[k][1].epoch_s)
     name = best if candidates[best][1].epoch_s < MARGIN * candidates["node counts"][1].epoch_s else "node counts"
     parts, pred = candidates[name]

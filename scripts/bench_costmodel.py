@@ -5,7 +5,8 @@
     python scripts/bench_costmodel.py run --where lab --ranks 4 --rate 1gbit --dataset ... (root)
     python scripts/bench_costmodel.py table R.jsonl [--repredict]
 
-`run` partitions the graph (the default partition, cached under --work), measures the machine profile
+`run` partitions the graph (the default partition, or per --balance, --objective or --assignment; cached
+under --work), measures the machine profile
 the prediction uses (`gnn-dist profile-machine --link` among the same ranks, where they will train:
 this host, or the lab's namespaces at --rate), trains with --log and that profile, and appends the
 measured epoch (mean of the epochs after the first --warmup) beside the prediction its first epoch carries.
@@ -54,10 +55,11 @@ def run(a: argparse.Namespace) -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     slug = slug_of(a.dataset)
-    variant = "".join(f"-{v}" for v in (a.balance, a.objective) if v)
+    variant = "".join(f"-{v}" for v in (a.balance, a.objective) if v) + (f"-{Path(a.assignment).stem}" if a.assignment else "")
     part = work / f"{slug}-{a.ranks}{variant}"
     if not (part / "partition.json").exists():
-        flags = (["--balance", a.balance] if a.balance else []) + (["--objective", a.objective] if a.objective else [])
+        flags = ((["--balance", a.balance] if a.balance else []) + (["--objective", a.objective] if a.objective else [])
+                 + (["--assignment", a.assignment] if a.assignment else []))
         subprocess.run([*GNN, "partition", "--dataset", a.dataset, "--parts", str(a.ranks), "--out", str(part),
                         "--progress", "none", "--force", *flags], cwd=ROOT, check=True)
     tag = f"{a.where}{a.ranks}{'-' + a.rate if a.where == 'lab' else ''}-{slug}{variant}"
@@ -83,7 +85,8 @@ def run(a: argparse.Namespace) -> None:
         if a.where == "lab":
             netlab.down()
     row = {"where": a.where, "ranks": a.ranks, "rate": a.rate if a.where == "lab" else "host", "partition": str(part),
-           "dataset": a.dataset, "balance": (a.balance or "default") + (f" --objective {a.objective}" if a.objective else ""),
+           "dataset": a.dataset, "balance": (a.balance or "default") + (f" --objective {a.objective}" if a.objective else "")
+           + (f" --assignment {Path(a.assignment).name}" if a.assignment else ""),
            "hidden": a.hidden,
            "machine": json.loads(machine.read_text()), **measured(log, a.warmup)}
     with open(a.results, "a") as f:
@@ -193,6 +196,8 @@ def main() -> None:
     r.add_argument("--dataset", required=True)
     r.add_argument("--balance", default="", help="partition's --balance (default: the cost model's choice)")
     r.add_argument("--objective", default="", help="partition's --objective (default: the cost model's choice)")
+    r.add_argument("--assignment", default="", metavar="PARTS.npy",
+                   help="partition's --assignment: a node -> part array made elsewhere (candidates compared offline)")
     r.add_argument("--hidden", type=int, default=16)
     r.add_argument("--epochs", type=int, default=12)
     r.add_argument("--warmup", type=int, default=2, help="epochs left out of the mean (default 2)")

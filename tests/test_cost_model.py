@@ -132,12 +132,28 @@ def test_default_partition_never_predicts_slower(rmat):
     assert mesh_choice.name == "node counts"  # even degrees: nothing to gain, the partition of before stays
 
 
+def test_another_candidate_is_chosen_only_when_predicted_fastest():
+    mesh = load_dataset("grid:width=60,height=50")
+    work = Workload(features=mesh.num_features, classes=mesh.num_classes)
+    rand = lambda seed: lambda: assign_parts(mesh, 4, "random", seed=seed)  # noqa: E731
+    worse = choose(mesh, 4, lambda w: rand(0)(), work, DEFAULT, {"volume": rand(1)})
+    assert worse.name == "node counts" and "volume" in worse.considered, worse.considered  # within the margin
+    better = choose(mesh, 4, lambda w: rand(0)(), work, DEFAULT,
+                    {"volume": lambda: assign_parts(mesh, 4, "metis", objective="vol")})
+    assert better.name.startswith("volume"), better.considered  # METIS against random parts: far less halo
+    assert better.prediction.epoch_s == min(better.considered.values()) < 0.98 * better.considered["node counts"]
+
+
 def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
     r = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "3", "--out",
                 str(tmp_path / "p"))
     assert r.returncode == 0, r.stderr
     assert "busiest rank" in r.stdout and "bottleneck" in r.stdout
     assert "the shipped default profile" in r.stderr and "predicted epoch by candidate" in r.stderr
+    assert "volume" in r.stderr  # METIS's volume objective is a candidate of the default...
+    cut = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "3", "--objective", "cut",
+                  "--out", str(tmp_path / "c"))
+    assert cut.returncode == 0 and "volume" not in cut.stderr, cut.stderr  # ...unless an objective is asked for
     typed = run_cli("partition", "--dataset", "hsbm:papers=300,authors=200", "--parts", "2", "--out", str(tmp_path / "t"))
     assert typed.returncode == 0 and "cost model" not in typed.stderr, typed.stderr  # not priced: not named
     (tmp_path / "bad.json").write_text(json.dumps({"name": "x"}))

@@ -105,7 +105,10 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
             return assign_parts(graph, args.parts, args.method, **kwargs)
         return assign_parts(graph, args.parts, args.method, **dict(kwargs, vweights=weights[:, None]))
 
-    choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile)
+    others = {}
+    if args.method == "metis" and args.objective is None:  # an --objective given is the only one tried
+        others["volume"] = lambda: assign_parts(graph, args.parts, "metis", **dict(kwargs, objective="vol"))
+    choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile, others)
     log("cost model: predicted epoch by candidate: "
         + ", ".join(f"{k} {v:.4f} s" for k, v in choice.considered.items())
         + f"; chose {choice.name} (--balance nodes keeps node counts only)")

@@ -48,9 +48,10 @@ def add_parser(sub) -> None:
     cost_report.add_machine_flag(p, "the cost model's choice of the default partition and its prediction")
     p.add_argument("--hidden", type=int, default=16, help="cost model: the hidden width you will train (default 16)")
     p.add_argument("--layers", type=int, default=2, help="cost model: the graph layers you will train (default 2)")
-    p.add_argument("--objective", default="cut", choices=["cut", "vol"],
+    p.add_argument("--objective", default=None, choices=["cut", "vol"],
                    help="metis and mtkahypar: edge cut, or communication volume (mtkahypar: exactly the halo rows, "
-                        "as hypergraph connectivity of each node's out-neighbourhood) (default cut)")
+                        "as hypergraph connectivity of each node's out-neighbourhood) (default cut; metis's "
+                        "default partition also tries vol)")
     p.add_argument("--data-dir", default=None, help="folder holding shipped data sets (default: found automatically)")
     p.add_argument("--link-split", default=None, metavar="VAL,TEST",
                    help="hold out these fractions of edges (pairs) for link prediction, with as many negatives; "
@@ -79,13 +80,14 @@ def graph_bytes(graph) -> int:
 
 def method_options(args: argparse.Namespace) -> dict:
     """What --method takes besides the seed: METIS's and Mt-KaHyPar's objective, KaHIP's mode."""
+    objective = args.objective or "cut"
     if args.method == "mtkahypar":
-        return {"objective": args.objective, "deterministic": not args.fast_nondeterministic}
+        return {"objective": objective, "deterministic": not args.fast_nondeterministic}
     if args.fast_nondeterministic:
         raise UsageError(f"--fast-nondeterministic applies to --method mtkahypar; {args.method} is deterministic")
     if args.method == "metis":
-        return {"objective": args.objective}
-    if args.objective != "cut":
+        return {"objective": objective}
+    if objective != "cut":
         raise UsageError(f"--objective {args.objective} applies to --method metis and mtkahypar")
     return {"mode": args.kahip_mode} if args.method == "kahip" else {}
 
