@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from partition.costmodel import Prediction, Workload, node_seconds, part_counts, predict
+from partition.errors import DataError
 from partition.graph import Graph
 from partition.machine import Machine
 from partition.methods import BALANCE_TOLERANCE, undirected_adjacency
@@ -65,11 +66,14 @@ def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.n
 
     candidates: dict = {}
     consider("node counts", np.asarray(run(None), dtype=np.int32))
-    weighted = np.asarray(run(combined_weight(cost)), dtype=np.int32)
-    if np.bincount(weighted, minlength=num_parts).min() > 0:
-        consider("cost-weighted", weighted)
-    for name, make in (others or {}).items():
-        consider(name, np.asarray(make(), dtype=np.int32))
+    makers = {"cost-weighted": lambda: run(combined_weight(cost)), **(others or {})}
+    for name, make in makers.items():
+        try:  # the node-balanced run above has passed the input's checks; what fails here is the candidate
+            parts = np.asarray(make(), dtype=np.int32)
+        except DataError:  # e.g. it left a part empty (a tiny graph): no candidate
+            continue
+        if np.bincount(parts, minlength=num_parts).min() > 0:
+            consider(name, parts)
     best = min(candidates, key=lambda k: candidates[k][1].epoch_s)
     name = best if candidates[best][1].epoch_s < MARGIN * candidates["node counts"][1].epoch_s else "node counts"
     parts, pred = candidates[name]
