@@ -78,9 +78,12 @@ def test_profiles_with_and_without_the_cache_fields(tmp_path):
     old = {k: v for k, v in json.loads(f.read_text()).items() if k not in ("sparse_hot_per_core", "cache_bytes")}
     m = from_dict(old, "old.json")  # written before the fields: every read at the random-column rate
     assert (m.sparse_hot_per_core, m.cache_bytes, m.hot_rate) == (0.0, 0.0, 1e9) and "in cache" not in m.describe()
-    for field in ("sparse_hot_per_core", "cache_bytes"):
-        with pytest.raises(DataError, match=f"'{field}' must be between"):
-            from_dict(dict(old, **{field: -1}), "m.json")
+    # 0 is "not measured"; a lying tiny value (a rate of 1e-300 prices a product at 1e305 s) is refused
+    for field, lie in (("sparse_hot_per_core", -1), ("cache_bytes", -1), ("sparse_hot_per_core", 1e-300),
+                       ("cache_bytes", 0.5), ("epoch_fixed_s", 1e-320), ("epoch_fixed_s", -0.001)):
+        with pytest.raises(DataError, match=f"'{field}' must be 0 \\(not measured\\) or between"):
+            from_dict(dict(old, **{field: lie}), "m.json")
+    assert from_dict(dict(old, sparse_hot_per_core=0, epoch_fixed_s=0.0), "m.json").hot_rate == 1e9
 
 
 @pytest.mark.slow
