@@ -191,14 +191,15 @@ def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, shari
 
 
 def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int, peers: int,
-                overlap: bool, fixed_s: float = 0.0) -> list[Phase]:
+                overlap: bool, fixed_s: float = 0.0, threads: int = 1) -> list[Phase]:
     """One rank's step as phases that end in meetings, at one core, in gnn_dist's order (nn.models,
     nn.message_passing.HaloSpMM): forward layer by layer, an exchanged layer's all-to-all starting before
     its product (after the linear map when it transforms first) and the central rows' share of the
     product computed while the rows travel, the rest after; backward in reverse, the halo rows' share of
     the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
     runs into the next step's first phase). Its work sums to `rank_work`'s. A token-bucket link refills
-    while the rank computes, and during its share of the epoch's fixed cost (`fixed_s`, spread evenly)."""
+    while the rank computes (on its `threads`: wall seconds, not one core's), and during its share of the
+    step's fixed cost and of the epoch's (`step_s`, `fixed_s`, spread evenly)."""
     c = min(1.0, float(part["central"]) / max(float(part["inner"]), 1.0)) if overlap else 0.0
     rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
     out: list[Phase] = []
@@ -228,7 +229,8 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     sizes.append(0.0)
     if not peers:
         return out
-    wires = through_bucket(sizes, [ph.work_s + fixed_s / len(out) for ph in out], machine)
+    idle = [ph.work_s / threads + (machine.step_s + fixed_s) / len(out) for ph in out]
+    wires = through_bucket(sizes, idle, machine)
     return [Phase(ph.work_s, ph.overlap_s, machine.latency_s * peers + w) for ph, w in zip(out, wires)]
 
 
@@ -273,10 +275,11 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
         _, dense, elem = rank_work(part, plan)
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
-        one_core.append(s + d + e + machine.step_s)
-        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed)
+        one_core.append(s + d + e + graph_only.step_s)
+        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads)
         phased.append(_on_threads(phases, threads, graph_only.step_s))
-        compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
+        # the step's fixed part runs on one thread; a measured fixed epoch holds it (added to the epoch once)
+        compute = (s + d + e) / threads + graph_only.step_s
         wire = sum(max(0.0, ph.wire_s - ph.overlap_s) for ph in phased[-1])
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
     hosts = [range(h, min(h + per_host, p)) for h in range(0, p, per_host)]

@@ -81,6 +81,26 @@ def test_a_measured_fixed_epoch_replaces_the_step_and_the_latency():
     assert with_step > bare + 0.5  # without the measurement, the step and latencies count
     fixed = predict(parts, work, dataclasses.replace(slow, epoch_fixed_s=0.016))
     assert fixed.epoch_s == pytest.approx(bare + 0.016, rel=1e-12)
+    # nor in each rank's compute and wire (what `partition` and `info --run` print beside the epoch)
+    alone = predict(parts, work, dataclasses.replace(SPARSE_ONLY, epoch_fixed_s=0.016)).ranks
+    assert [(r.compute_s, r.wire_s) for r in fixed.ranks] == [(r.compute_s, r.wire_s) for r in alone]
+    assert max(r.epoch_s for r in fixed.ranks) + 0.016 <= fixed.epoch_s * (1 + 1e-12)
+
+
+def test_a_bucket_refills_in_wall_seconds_on_the_ranks_threads():
+    """The link's bucket refills while the rank computes, for as long as that takes on its threads: one
+    rank of a 2-core host computes a phase's one-core seconds in half of them, so the bucket refills half."""
+    part = {"inner": 1000, "central": 0, "halo": 1000, "sent": 1000, "edges": 9000}
+    plan = layers(Workload(features=500, classes=4, hidden=16))  # layer 0 transformed first: 4 meetings of 64 KB
+    link = dataclasses.replace(SPARSE_ONLY, link_bytes_per_s=1e6, link_burst_bytes=64000.0, step_s=0.002)
+    alone = rank_phases(part, plan, link, 1, 0, overlap=False)  # no peers: the phases' work, no wire
+    sizes = [1000 * la.width * 4 for la in plan for _ in range(la.exchanges)]
+    sizes = sizes[::2] + sizes[1::2][::-1] + [0.0]  # forward meetings, then backward in reverse
+    for threads in (1, 2):
+        wires = through_bucket(sizes, [ph.work_s / threads + 0.002 / len(alone) for ph in alone], link)
+        got = [ph.wire_s for ph in rank_phases(part, plan, link, 1, 1, overlap=False, threads=threads)]
+        assert got == pytest.approx(wires, rel=1e-12) and any(0.0 < w < 0.064 for w in wires)
+    assert rank_phases(part, plan, link, 1, 1, False, threads=2)[1].wire_s > rank_phases(part, plan, link, 1, 1, False)[1].wire_s
 
 
 def test_a_token_bucket_refills_while_the_rank_computes():
