@@ -110,3 +110,25 @@ def test_a_token_bucket_refills_while_the_rank_computes():
     assert through_bucket([300.0, 300.0, 0.0], [1.0, 0.5, 0.0], link) == pytest.approx([2.0, 2.5, 0.0])
     unshaped = dataclasses.replace(link, link_burst_bytes=0.0)
     assert through_bucket([300.0, 300.0, 0.0], [1.0, 0.5, 0.0], unshaped) == pytest.approx([3.0, 3.0, 0.0])
+
+
+def test_linear_maps_fall_on_their_side_of_each_exchange():
+    """Dense work only, by hand: a layer that transforms first computes X W before its forward all-to-all
+    and its weight gradient after the backward one; one that aggregates first the other way round
+    (gnn_dist.nn.conv.aggregate_first). Phases: each exchange's work before it, then the all-reduce's."""
+    dense_only = dataclasses.replace(SPARSE_ONLY, sparse_per_core=1e15, dense_per_core=1e9)
+    part = {"inner": 1000, "central": 0, "halo": 10, "sent": 10, "edges": 0}
+
+    def works(features: int, classes: int) -> list[float]:
+        plan = layers(Workload(features=features, classes=classes, hidden=16))
+        return [ph.work_s + ph.overlap_s for ph in rank_phases(part, plan, dense_only, 1, 0, overlap=False)]
+
+    # 500 -> 16 -> 4, both transformed first: X W (16 ms), then H W (0.128 ms) before their exchanges;
+    # backward: layer 1's gradients go out first, its weight and input gradients (2 x 0.128) after, and
+    # layer 0's weight gradient (16 ms) after its exchange, before the all-reduce
+    d0, d1 = 2 * 1000 * 500 * 16 / 1e9, 2 * 1000 * 16 * 4 / 1e9
+    assert works(500, 4) == pytest.approx([d0, d1, 0.0, 2 * d1, d0], abs=1e-9)
+    # 16 -> 16 -> 64: layer 0 cached (no exchange), layer 1 aggregates first: its map after the forward
+    # exchange, its weight and input gradients (2 x) before the backward one
+    d0, d1 = 2 * 1000 * 16 * 16 / 1e9, 2 * 1000 * 16 * 64 / 1e9
+    assert works(16, 64) == pytest.approx([d0, 3 * d1, d0], abs=1e-9)
