@@ -29,6 +29,22 @@ def test_top_reads_and_hot_reads_by_hand():
     # the rows read at least so many times: the 3rd and 4th (once each) count from 1, the 2nd from 3
     assert [hot_reads(top, t) for t in (0.5, 1, 2, 3, 4, 5, 6)] == [10.0, 10.0, 8.0, 8.0, 5.0, 5.0, 0.0]
     assert top_reads(np.array([], dtype=np.int64)) == [0] and top_reads(np.array([7])) == [7]
+    # 5 rows read 4, 3, 2, 2, 2 times: kept at the 1st, 2nd, 4th and 5th; the last step is the 5th row alone
+    # (read twice), not 4 rows read half a time each
+    top = top_reads(np.array([2, 4, 2, 3, 2]))
+    assert top == [4, 7, 11, 13]
+    assert [hot_reads(top, t, 5) for t in (2, 2.5, 3)] == [13.0, 7.0, 7.0]
+    assert hot_reads(top, 2) == 11.0  # without the row count, the last step's mean is 2 / 4
+
+
+def test_a_part_whose_rows_all_fit_is_priced_all_hot():
+    """A part of 2^k + m rows, each read at least once, whose reads fit the cache: every read hot, the m
+    rows of the last step among them (their mean was taken over 2^k rows, so they were priced cold)."""
+    counts = np.array([64] + [3] * 1000 + [1] * 100)  # 1101 rows: the last step is rows 1025-1101, read once
+    part = {"inner": 1101, "halo": 0, "central": 1101, "sent": 0, "edges": int(counts.sum()) - 1101,
+            "top_reads": top_reads(counts)}
+    m = Machine(**dict(CACHED.__dict__, cache_bytes=float(counts.sum() * 8 * 4 * 2)))  # threshold: half a read
+    assert predict([part], WORK, m).ranks[0].sparse_s == pytest.approx(2 * 8 * counts.sum() / 4e9)
 
 
 def _graph(skewed: bool, n: int = 20_000, e: int = 200_000) -> tuple[np.ndarray, np.ndarray]:
