@@ -40,6 +40,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from partition.errors import PartitionFormatError
 from partition.machine import Machine
 from partition.phases import Phase, epoch
 
@@ -341,11 +342,28 @@ def format_ranks(pred: Prediction) -> str:
     return "\n".join(lines)
 
 
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def parts_from_meta(meta: Mapping) -> list[dict]:
-    """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded)."""
+    """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded).
+    partition.json carries no checksum of its own: an edited count is one line, not a traceback mid-launch."""
     sent = (meta.get("stats") or {}).get("send_per_part")
-    return [{"inner": r["inner"], "central": r["central"], "halo": r["halo"], "edges": r["edges"],
-             "sent": sent[k] if sent else r["halo"], "top_reads": r.get("top_reads")} for k, r in enumerate(meta["parts"])]
+    out = []
+    for k, r in enumerate(meta["parts"]):
+        part = {key: r.get(key) if isinstance(r, Mapping) else None for key in ("inner", "central", "halo", "edges")}
+        part["sent"] = sent[k] if isinstance(sent, list) and k < len(sent) else part["halo"]
+        top = r.get("top_reads") if isinstance(r, Mapping) else None
+        bad = [key for key, v in part.items() if not _count(v)]
+        if top is not None and not (isinstance(top, list) and 0 < len(top) <= 64 and all(map(_count, top))
+                                    and all(a <= b for a, b in zip(top, top[1:]))):
+            bad.append("top_reads")
+        if bad:
+            raise PartitionFormatError(f"partition.json: part {k}'s '{bad[0]}' is not a count (or, for top_reads, "
+                                       f"a rising list of counts): {str(r)[:80]}")
+        out.append(dict(part, top_reads=top))
+    return out
 
 
 def prediction_record(pred: Prediction, machine: Machine, work: Workload) -> dict:

@@ -10,7 +10,7 @@ import pytest
 from gnn_dist.data import load_dataset
 from partition import assign_parts
 from partition.costmodel import Workload, hot_reads, layers, part_counts, parts_from_meta, predict, top_reads
-from partition.errors import DataError
+from partition.errors import DataError, PartitionFormatError
 from partition.machine import DEFAULT, Machine, from_dict, load, save
 from partition.store import read_meta
 from tests.conftest import run_cli, run_mpi
@@ -84,6 +84,20 @@ def test_partition_json_keeps_each_parts_top_reads(tmp_path):
     g = load_dataset(spec)
     counts = part_counts(*g.edge_index(), assign_parts(g, 3, "metis"), 3)  # the same assignment, from the graph
     assert [p["top_reads"] for p in parts_from_meta(read_meta(tmp_path / "p"))] == [c["top_reads"] for c in counts]
+
+
+def test_an_edited_partition_json_is_one_line(tmp_path):
+    """partition.json has no checksum of its own: counts and top_reads edited into garbage are refused by
+    name (train prices the partition on rank 0 before the first epoch; a traceback there was the symptom)."""
+    good = {"inner": 4, "central": 2, "halo": 3, "edges": 9, "top_reads": [3, 5, 9, 13]}
+    meta = {"parts": [good, dict(good, top_reads=None)], "stats": {"send_per_part": [3, 3]}}
+    assert [p["top_reads"] for p in parts_from_meta(meta)] == [[3, 5, 9, 13], None]  # older partitions: none
+    for key, lie in (("top_reads", ["x"]), ("top_reads", [5, 3]), ("top_reads", 7), ("top_reads", []),
+                     ("inner", "4"), ("edges", -1), ("halo", True), ("central", 2.5)):
+        with pytest.raises(PartitionFormatError, match=f"part 1's '{key}'"):
+            parts_from_meta({"parts": [good, dict(good, **{key: lie})]})
+    with pytest.raises(PartitionFormatError, match="part 0's 'sent'"):
+        parts_from_meta(dict(meta, stats={"send_per_part": ["3", 3]}))
 
 
 def test_profiles_with_and_without_the_cache_fields(tmp_path):
