@@ -40,6 +40,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from partition.errors import PartitionFormatError
 from partition.machine import Machine
 from partition.phases import Phase, epoch
 
@@ -136,12 +137,16 @@ def plan_top_reads(indices: np.ndarray, num_inner: int, num_rows: int) -> list[i
                                  minlength=num_rows))
 
 
-def hot_reads(top: Sequence[int], threshold: float) -> float:
+def hot_reads(top: Sequence[int], threshold: float, num_rows: int = 0) -> float:
     """Reads of the rows read at least `threshold` times each, from `top_reads`' curve: its steps (the 2nd
-    row, the 3rd and 4th, the 5th to 8th, ...) count whole when their mean reads per row reach it."""
+    row, the 3rd and 4th, the 5th to 8th, ...) count whole when their mean reads per row reach it. The last
+    step ends at the part's last row (`num_rows`, its inner and halo rows, where known): 38,919 rows read
+    make a last step of 6,151, whose mean taken over 32,768 was a fifth of what it is."""
     hot, prev = 0.0, 0
     for j, cum in enumerate(top):
         rows = 1 if j == 0 else 1 << (j - 1)
+        if num_rows > rows:
+            rows = min(rows, num_rows - rows)  # rows 2^(j-1) + 1 to min(2^j, num_rows)
         if (cum - prev) / rows < threshold:
             break
         hot, prev = float(cum), cum
@@ -159,7 +164,8 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
     hot = 0.0
     if top and machine.cache_bytes:
         share = machine.cache_bytes / sharing
-        hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share))
+        rows = int(part["inner"]) + int(part["halo"])  # what top_reads counted: every row the product reads
+        hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share, rows))
     return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core) * layer.width
 
 
@@ -191,14 +197,15 @@ def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, shari
 
 
 def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int, peers: int,
-                overlap: bool, fixed_s: float = 0.0) -> list[Phase]:
+                overlap: bool, fixed_s: float = 0.0, threads: int = 1) -> list[Phase]:
     """One rank's step as phases that end in meetings, at one core, in gnn_dist's order (nn.models,
     nn.message_passing.HaloSpMM): forward layer by layer, an exchanged layer's all-to-all starting before
     its product (after the linear map when it transforms first) and the central rows' share of the
     product computed while the rows travel, the rest after; backward in reverse, the halo rows' share of
     the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
     runs into the next step's first phase). Its work sums to `rank_work`'s. A token-bucket link refills
-    while the rank computes, and during its share of the epoch's fixed cost (`fixed_s`, spread evenly)."""
+    while the rank computes (on its `threads`: wall seconds, not one core's), and during its share of the
+    step's fixed cost and of the epoch's (`step_s`, `fixed_s`, spread evenly)."""
     c = min(1.0, float(part["central"]) / max(float(part["inner"]), 1.0)) if overlap else 0.0
     rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
     out: list[Phase] = []
@@ -228,7 +235,8 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     sizes.append(0.0)
     if not peers:
         return out
-    wires = through_bucket(sizes, [ph.work_s + fixed_s / len(out) for ph in out], machine)
+    idle = [ph.work_s / threads + (machine.step_s + fixed_s) / len(out) for ph in out]
+    wires = through_bucket(sizes, idle, machine)
     return [Phase(ph.work_s, ph.overlap_s, machine.latency_s * peers + w) for ph, w in zip(out, wires)]
 
 
@@ -273,10 +281,11 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
         _, dense, elem = rank_work(part, plan)
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
-        one_core.append(s + d + e + machine.step_s)
-        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed)
+        one_core.append(s + d + e + graph_only.step_s)
+        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads)
         phased.append(_on_threads(phases, threads, graph_only.step_s))
-        compute = (s + d + e) / threads + machine.step_s  # the fixed part runs on one thread
+        # the step's fixed part runs on one thread; a measured fixed epoch holds it (added to the epoch once)
+        compute = (s + d + e) / threads + graph_only.step_s
         wire = sum(max(0.0, ph.wire_s - ph.overlap_s) for ph in phased[-1])
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
     hosts = [range(h, min(h + per_host, p)) for h in range(0, p, per_host)]
@@ -333,11 +342,28 @@ def format_ranks(pred: Prediction) -> str:
     return "\n".join(lines)
 
 
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def parts_from_meta(meta: Mapping) -> list[dict]:
-    """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded)."""
+    """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded).
+    partition.json carries no checksum of its own: an edited count is one line, not a traceback mid-launch."""
     sent = (meta.get("stats") or {}).get("send_per_part")
-    return [{"inner": r["inner"], "central": r["central"], "halo": r["halo"], "edges": r["edges"],
-             "sent": sent[k] if sent else r["halo"], "top_reads": r.get("top_reads")} for k, r in enumerate(meta["parts"])]
+    out = []
+    for k, r in enumerate(meta["parts"]):
+        part = {key: r.get(key) if isinstance(r, Mapping) else None for key in ("inner", "central", "halo", "edges")}
+        part["sent"] = sent[k] if isinstance(sent, list) and k < len(sent) else part["halo"]
+        top = r.get("top_reads") if isinstance(r, Mapping) else None
+        bad = [key for key, v in part.items() if not _count(v)]
+        if top is not None and not (isinstance(top, list) and 0 < len(top) <= 64 and all(map(_count, top))
+                                    and all(a <= b for a, b in zip(top, top[1:]))):
+            bad.append("top_reads")
+        if bad:
+            raise PartitionFormatError(f"partition.json: part {k}'s '{bad[0]}' is not a count (or, for top_reads, "
+                                       f"a rising list of counts): {str(r)[:80]}")
+        out.append(dict(part, top_reads=top))
+    return out
 
 
 def prediction_record(pred: Prediction, machine: Machine, work: Workload) -> dict:

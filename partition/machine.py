@@ -83,10 +83,13 @@ DEFAULT = Machine(name="default", sparse_per_core=2.05e9, dense_per_core=33.0e9,
 LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elementwise_per_core": (1e3, 1e15),
           "step_s": (0.0, 3600.0), "cores_per_host": (1, 1 << 20), "ranks_per_host": (0, 1 << 20),
           "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15),
-          "sparse_hot_per_core": (0.0, 1e15), "cache_bytes": (0.0, 1e15),
-          "epoch_fixed_s": (0.0, 3600.0)}
+          "sparse_hot_per_core": (1e3, 1e15), "cache_bytes": (1024.0, 1e15),
+          "epoch_fixed_s": (1e-6, 3600.0)}
 # absent from older profiles: 0, not measured
 OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s")
+# 0 (not measured) or within LIMITS: a rate of 1e-300 would price a product at 1e305 s, and a fixed epoch of
+# 1e-320 s would switch the model to a measured fixed cost of nothing
+UNMEASURED_ZERO = ("sparse_hot_per_core", "cache_bytes", "epoch_fixed_s")
 WHOLE = ("cores_per_host", "ranks_per_host")
 
 
@@ -98,6 +101,11 @@ def _number(name: str, v: object, source: str) -> float | int:
     if name in WHOLE and isinstance(v, float) and v != int(v):
         raise DataError(f"machine profile {source}: '{name}' must be a whole number, got {v!r}")
     fmt = "d" if name in WHOLE else "g"
+    if name in UNMEASURED_ZERO and v == 0:
+        return 0.0
+    if name in UNMEASURED_ZERO and not lo <= v <= hi:
+        raise DataError(f"machine profile {source}: '{name}' must be 0 (not measured) or between {lo:g} and {hi:g}, "
+                        f"got {str(v)[:40]}")
     if not lo <= v <= hi:  # exact for ints of any size: no float conversion
         raise DataError(f"machine profile {source}: '{name}' must be between {lo:{fmt}} and {hi:{fmt}}, got {str(v)[:40]}")
     return int(v) if name in WHOLE else float(v)

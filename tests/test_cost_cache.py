@@ -10,7 +10,7 @@ import pytest
 from gnn_dist.data import load_dataset
 from partition import assign_parts
 from partition.costmodel import Workload, hot_reads, layers, part_counts, parts_from_meta, predict, top_reads
-from partition.errors import DataError
+from partition.errors import DataError, PartitionFormatError
 from partition.machine import DEFAULT, Machine, from_dict, load, save
 from partition.store import read_meta
 from tests.conftest import run_cli, run_mpi
@@ -29,6 +29,22 @@ def test_top_reads_and_hot_reads_by_hand():
     # the rows read at least so many times: the 3rd and 4th (once each) count from 1, the 2nd from 3
     assert [hot_reads(top, t) for t in (0.5, 1, 2, 3, 4, 5, 6)] == [10.0, 10.0, 8.0, 8.0, 5.0, 5.0, 0.0]
     assert top_reads(np.array([], dtype=np.int64)) == [0] and top_reads(np.array([7])) == [7]
+    # 5 rows read 4, 3, 2, 2, 2 times: kept at the 1st, 2nd, 4th and 5th; the last step is the 5th row alone
+    # (read twice), not 4 rows read half a time each
+    top = top_reads(np.array([2, 4, 2, 3, 2]))
+    assert top == [4, 7, 11, 13]
+    assert [hot_reads(top, t, 5) for t in (2, 2.5, 3)] == [13.0, 7.0, 7.0]
+    assert hot_reads(top, 2) == 11.0  # without the row count, the last step's mean is 2 / 4
+
+
+def test_a_part_whose_rows_all_fit_is_priced_all_hot():
+    """A part of 2^k + m rows, each read at least once, whose reads fit the cache: every read hot, the m
+    rows of the last step among them (their mean was taken over 2^k rows, so they were priced cold)."""
+    counts = np.array([64] + [3] * 1000 + [1] * 100)  # 1101 rows: the last step is rows 1025-1101, read once
+    part = {"inner": 1101, "halo": 0, "central": 1101, "sent": 0, "edges": int(counts.sum()) - 1101,
+            "top_reads": top_reads(counts)}
+    m = Machine(**dict(CACHED.__dict__, cache_bytes=float(counts.sum() * 8 * 4 * 2)))  # threshold: half a read
+    assert predict([part], WORK, m).ranks[0].sparse_s == pytest.approx(2 * 8 * counts.sum() / 4e9)
 
 
 def _graph(skewed: bool, n: int = 20_000, e: int = 200_000) -> tuple[np.ndarray, np.ndarray]:
@@ -70,6 +86,20 @@ def test_partition_json_keeps_each_parts_top_reads(tmp_path):
     assert [p["top_reads"] for p in parts_from_meta(read_meta(tmp_path / "p"))] == [c["top_reads"] for c in counts]
 
 
+def test_an_edited_partition_json_is_one_line(tmp_path):
+    """partition.json has no checksum of its own: counts and top_reads edited into garbage are refused by
+    name (train prices the partition on rank 0 before the first epoch; a traceback there was the symptom)."""
+    good = {"inner": 4, "central": 2, "halo": 3, "edges": 9, "top_reads": [3, 5, 9, 13]}
+    meta = {"parts": [good, dict(good, top_reads=None)], "stats": {"send_per_part": [3, 3]}}
+    assert [p["top_reads"] for p in parts_from_meta(meta)] == [[3, 5, 9, 13], None]  # older partitions: none
+    for key, lie in (("top_reads", ["x"]), ("top_reads", [5, 3]), ("top_reads", 7), ("top_reads", []),
+                     ("inner", "4"), ("edges", -1), ("halo", True), ("central", 2.5)):
+        with pytest.raises(PartitionFormatError, match=f"part 1's '{key}'"):
+            parts_from_meta({"parts": [good, dict(good, **{key: lie})]})
+    with pytest.raises(PartitionFormatError, match="part 0's 'sent'"):
+        parts_from_meta(dict(meta, stats={"send_per_part": ["3", 3]}))
+
+
 def test_profiles_with_and_without_the_cache_fields(tmp_path):
     f = tmp_path / "m.json"
     save(CACHED, str(f))
@@ -78,9 +108,12 @@ def test_profiles_with_and_without_the_cache_fields(tmp_path):
     old = {k: v for k, v in json.loads(f.read_text()).items() if k not in ("sparse_hot_per_core", "cache_bytes")}
     m = from_dict(old, "old.json")  # written before the fields: every read at the random-column rate
     assert (m.sparse_hot_per_core, m.cache_bytes, m.hot_rate) == (0.0, 0.0, 1e9) and "in cache" not in m.describe()
-    for field in ("sparse_hot_per_core", "cache_bytes"):
-        with pytest.raises(DataError, match=f"'{field}' must be between"):
-            from_dict(dict(old, **{field: -1}), "m.json")
+    # 0 is "not measured"; a lying tiny value (a rate of 1e-300 prices a product at 1e305 s) is refused
+    for field, lie in (("sparse_hot_per_core", -1), ("cache_bytes", -1), ("sparse_hot_per_core", 1e-300),
+                       ("cache_bytes", 0.5), ("epoch_fixed_s", 1e-320), ("epoch_fixed_s", -0.001)):
+        with pytest.raises(DataError, match=f"'{field}' must be 0 \\(not measured\\) or between"):
+            from_dict(dict(old, **{field: lie}), "m.json")
+    assert from_dict(dict(old, sparse_hot_per_core=0, epoch_fixed_s=0.0), "m.json").hot_rate == 1e9
 
 
 @pytest.mark.slow

@@ -239,6 +239,12 @@ def test_info_run_reads_old_cut_and_garbage_logs(tmp_path):
     log.write_text(json.dumps(dict(epoch, prediction=pred)) + "\n" + json.dumps(epoch)[:30])  # killed mid-write
     text = summarise_run(str(log))
     assert "1 epochs" in text and "cut off" in text and "busiest rank 1" in text  # a zero epoch divides nothing
+    # a measured fixed epoch is in the predicted epoch but in no rank's compute or wire: said beside it
+    log.write_text(json.dumps(dict(epoch, prediction=dict(pred, fixed_s=0.2))) + "\n")
+    assert "predicted 0.5000 s, of which the profile's fixed epoch 0.2000 s" in summarise_run(str(log))
+    for lie in ("x", True, None, 0.0):
+        log.write_text(json.dumps(dict(epoch, prediction=dict(pred, fixed_s=lie))) + "\n")
+        assert "predicted 0.5000 s (" in summarise_run(str(log))
     for bad in ("5", json.dumps(dict(epoch, rank_compute_s=None)), json.dumps(dict(epoch, rank_wait_s=[0.0])),
                 json.dumps(dict(epoch, prediction={"machine": "m"})), json.dumps(dict(epoch, epoch_time="x")),
                 json.dumps(dict(epoch, halo=3))):

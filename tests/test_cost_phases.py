@@ -81,6 +81,26 @@ def test_a_measured_fixed_epoch_replaces_the_step_and_the_latency():
     assert with_step > bare + 0.5  # without the measurement, the step and latencies count
     fixed = predict(parts, work, dataclasses.replace(slow, epoch_fixed_s=0.016))
     assert fixed.epoch_s == pytest.approx(bare + 0.016, rel=1e-12)
+    # nor in each rank's compute and wire (what `partition` and `info --run` print beside the epoch)
+    alone = predict(parts, work, dataclasses.replace(SPARSE_ONLY, epoch_fixed_s=0.016)).ranks
+    assert [(r.compute_s, r.wire_s) for r in fixed.ranks] == [(r.compute_s, r.wire_s) for r in alone]
+    assert max(r.epoch_s for r in fixed.ranks) + 0.016 <= fixed.epoch_s * (1 + 1e-12)
+
+
+def test_a_bucket_refills_in_wall_seconds_on_the_ranks_threads():
+    """The link's bucket refills while the rank computes, for as long as that takes on its threads: one
+    rank of a 2-core host computes a phase's one-core seconds in half of them, so the bucket refills half."""
+    part = {"inner": 1000, "central": 0, "halo": 1000, "sent": 1000, "edges": 9000}
+    plan = layers(Workload(features=500, classes=4, hidden=16))  # layer 0 transformed first: 4 meetings of 64 KB
+    link = dataclasses.replace(SPARSE_ONLY, link_bytes_per_s=1e6, link_burst_bytes=64000.0, step_s=0.002)
+    alone = rank_phases(part, plan, link, 1, 0, overlap=False)  # no peers: the phases' work, no wire
+    sizes = [1000 * la.width * 4 for la in plan for _ in range(la.exchanges)]
+    sizes = sizes[::2] + sizes[1::2][::-1] + [0.0]  # forward meetings, then backward in reverse
+    for threads in (1, 2):
+        wires = through_bucket(sizes, [ph.work_s / threads + 0.002 / len(alone) for ph in alone], link)
+        got = [ph.wire_s for ph in rank_phases(part, plan, link, 1, 1, overlap=False, threads=threads)]
+        assert got == pytest.approx(wires, rel=1e-12) and any(0.0 < w < 0.064 for w in wires)
+    assert rank_phases(part, plan, link, 1, 1, False, threads=2)[1].wire_s > rank_phases(part, plan, link, 1, 1, False)[1].wire_s
 
 
 def test_a_token_bucket_refills_while_the_rank_computes():
@@ -90,3 +110,25 @@ def test_a_token_bucket_refills_while_the_rank_computes():
     assert through_bucket([300.0, 300.0, 0.0], [1.0, 0.5, 0.0], link) == pytest.approx([2.0, 2.5, 0.0])
     unshaped = dataclasses.replace(link, link_burst_bytes=0.0)
     assert through_bucket([300.0, 300.0, 0.0], [1.0, 0.5, 0.0], unshaped) == pytest.approx([3.0, 3.0, 0.0])
+
+
+def test_linear_maps_fall_on_their_side_of_each_exchange():
+    """Dense work only, by hand: a layer that transforms first computes X W before its forward all-to-all
+    and its weight gradient after the backward one; one that aggregates first the other way round
+    (gnn_dist.nn.conv.aggregate_first). Phases: each exchange's work before it, then the all-reduce's."""
+    dense_only = dataclasses.replace(SPARSE_ONLY, sparse_per_core=1e15, dense_per_core=1e9)
+    part = {"inner": 1000, "central": 0, "halo": 10, "sent": 10, "edges": 0}
+
+    def works(features: int, classes: int) -> list[float]:
+        plan = layers(Workload(features=features, classes=classes, hidden=16))
+        return [ph.work_s + ph.overlap_s for ph in rank_phases(part, plan, dense_only, 1, 0, overlap=False)]
+
+    # 500 -> 16 -> 4, both transformed first: X W (16 ms), then H W (0.128 ms) before their exchanges;
+    # backward: layer 1's gradients go out first, its weight and input gradients (2 x 0.128) after, and
+    # layer 0's weight gradient (16 ms) after its exchange, before the all-reduce
+    d0, d1 = 2 * 1000 * 500 * 16 / 1e9, 2 * 1000 * 16 * 4 / 1e9
+    assert works(500, 4) == pytest.approx([d0, d1, 0.0, 2 * d1, d0], abs=1e-9)
+    # 16 -> 16 -> 64: layer 0 cached (no exchange), layer 1 aggregates first: its map after the forward
+    # exchange, its weight and input gradients (2 x) before the backward one
+    d0, d1 = 2 * 1000 * 16 * 16 / 1e9, 2 * 1000 * 16 * 64 / 1e9
+    assert works(16, 64) == pytest.approx([d0, 3 * d1, d0], abs=1e-9)

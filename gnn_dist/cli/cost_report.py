@@ -62,7 +62,10 @@ def measured_against_predicted(records: list[dict], prediction: dict | None, ski
             line += f" {prediction['rank_compute_s'][k]:>12.4f} {prediction['rank_wire_s'][k]:>10.4f}"
         lines.append(line)
     if prediction:
-        lines.append(f"epoch: measured {epoch:.4f} s, predicted {prediction['epoch_s']:.4f} s "
+        fixed = prediction.get("fixed_s")  # the profile's fixed epoch: in the epoch, in no rank's compute or wire
+        fixed = (f", of which the profile's fixed epoch {fixed:.4f} s" if isinstance(fixed, (int, float))
+                 and not isinstance(fixed, bool) and fixed > 0 else "")
+        lines.append(f"epoch: measured {epoch:.4f} s, predicted {prediction['epoch_s']:.4f} s{fixed} "
                      f"({prediction['epoch_s'] / max(epoch, 1e-9):.2f}x; busiest rank {prediction['busiest']}, bottleneck "
                      f"{prediction['bottleneck']})")
     return lines
