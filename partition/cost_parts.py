@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from partition.costmodel import Prediction, Workload, node_seconds, part_counts, predict
+from partition.errors import DataError
 from partition.graph import Graph
 from partition.machine import Machine
 from partition.methods import BALANCE_TOLERANCE, undirected_adjacency
@@ -64,12 +65,15 @@ def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.n
             candidates[f"{name} + swaps"] = (swapped, swapped_pred)
 
     candidates: dict = {}
-    consider("node counts", np.asarray(run(None), dtype=np.int32))
-    weighted = np.asarray(run(combined_weight(cost)), dtype=np.int32)
-    if np.bincount(weighted, minlength=num_parts).min() > 0:
-        consider("cost-weighted", weighted)
-    for name, make in (others or {}).items():
-        consider(name, np.asarray(make(), dtype=np.int32))
+    consider("node counts", np.asarray(run(None), dtype=np.int32))  # the partition of before: its errors stand
+    makers = {"cost-weighted": lambda: run(combined_weight(cost)), **(others or {})}
+    for name, make in makers.items():
+        try:  # a candidate that leaves a part empty is left out, not the default's failure
+            parts = np.asarray(make(), dtype=np.int32)
+        except DataError:
+            continue
+        if np.bincount(parts, minlength=num_parts).min() > 0:
+            consider(name, parts)
     best = min(candidates, key=lambda k: candidates[k][1].epoch_s)
     name = best if candidates[best][1].epoch_s < MARGIN * candidates["node counts"][1].epoch_s else "node counts"
     parts, pred = candidates[name]

@@ -144,6 +144,16 @@ def test_another_candidate_is_chosen_only_when_predicted_fastest():
     assert better.prediction.epoch_s == min(better.considered.values()) < 0.98 * better.considered["node counts"]
 
 
+def test_a_candidate_that_leaves_a_part_empty_is_left_out():
+    les = load_dataset("nx:les_miserables_graph")  # 77 nodes: METIS's volume objective leaves one of 9 parts empty
+    with pytest.raises(DataError):
+        assign_parts(les, 9, "metis", objective="vol")
+    work = Workload(features=les.num_features, classes=les.num_classes)
+    choice = choose(les, 9, lambda w: assign_parts(les, 9, "metis"), work, DEFAULT,
+                    {"volume": lambda: assign_parts(les, 9, "metis", objective="vol")})
+    assert "volume" not in choice.considered and np.bincount(choice.parts, minlength=9).min() > 0, choice.considered
+
+
 def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
     r = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "3", "--out",
                 str(tmp_path / "p"))
