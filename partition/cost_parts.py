@@ -37,10 +37,11 @@ class Choice:
     considered: dict  # candidate name -> predicted epoch seconds
 
 
-def combined_weight(cost: np.ndarray) -> np.ndarray:
-    """One integer column: half the node's cost relative to the mean, half a node count."""
+def combined_weight(cost: np.ndarray, alpha: float = 0.5) -> np.ndarray:
+    """One integer column: `alpha` of the node's cost relative to the mean, the rest a node count (the
+    default's is half and half; scripts/bench_default_partition.py tries other shares)."""
     rel = cost / max(float(cost.mean()), 1e-30)
-    return np.maximum(np.rint(WEIGHT_SCALE * (rel + 1.0) / 2.0), 1).astype(np.int64)
+    return np.maximum(np.rint(WEIGHT_SCALE * (alpha * rel + (1.0 - alpha))), 1).astype(np.int64)
 
 
 def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.ndarray], work: Workload,
