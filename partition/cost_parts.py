@@ -37,10 +37,11 @@ class Choice:
     considered: dict  # candidate name -> predicted epoch seconds
 
 
-def combined_weight(cost: np.ndarray) -> np.ndarray:
-    """One integer column: half the node's cost relative to the mean, half a node count."""
+def combined_weight(cost: np.ndarray, alpha: float = 0.5) -> np.ndarray:
+    """One integer column: `alpha` of the node's cost relative to the mean, the rest a node count (the
+    default's is half and half; scripts/bench_default_partition.py tries other shares)."""
     rel = cost / max(float(cost.mean()), 1e-30)
-    return np.maximum(np.rint(WEIGHT_SCALE * (rel + 1.0) / 2.0), 1).astype(np.int64)
+    return np.maximum(np.rint(WEIGHT_SCALE * (alpha * rel + (1.0 - alpha))), 1).astype(np.int64)
 
 
 def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.ndarray], work: Workload,
@@ -65,12 +66,12 @@ def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.n
             candidates[f"{name} + swaps"] = (swapped, swapped_pred)
 
     candidates: dict = {}
-    consider("node counts", np.asarray(run(None), dtype=np.int32))
+    consider("node counts", np.asarray(run(None), dtype=np.int32))  # the partition of before: its errors stand
     makers = {"cost-weighted": lambda: run(combined_weight(cost)), **(others or {})}
     for name, make in makers.items():
-        try:  # the node-balanced run above has passed the input's checks; what fails here is the candidate
+        try:  # a candidate that leaves a part empty is left out, not the default's failure
             parts = np.asarray(make(), dtype=np.int32)
-        except DataError:  # e.g. it left a part empty (a tiny graph): no candidate
+        except DataError:
             continue
         if np.bincount(parts, minlength=num_parts).min() > 0:
             consider(name, parts)

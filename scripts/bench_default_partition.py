@@ -32,8 +32,9 @@ ALPHAS = (0.25, 0.5, 0.75)  # the cost's share of the weight column (the default
 
 
 def weight(cost: np.ndarray, alpha: float) -> np.ndarray:
-    rel = cost / max(float(cost.mean()), 1e-30)
-    return np.maximum(np.rint(1000 * (alpha * rel + 1 - alpha)), 1).astype(np.int64)[:, None]
+    from partition.cost_parts import combined_weight
+
+    return combined_weight(cost, alpha)[:, None]
 
 
 def candidates(a: argparse.Namespace) -> None:

@@ -144,16 +144,30 @@ def test_another_candidate_is_chosen_only_when_predicted_fastest():
     assert better.prediction.epoch_s == min(better.considered.values()) < 0.98 * better.considered["node counts"]
 
 
+def test_a_candidate_that_leaves_a_part_empty_is_left_out():
+    les = load_dataset("nx:les_miserables_graph")  # 77 nodes: METIS's volume objective leaves one of 9 parts empty
+    with pytest.raises(DataError):
+        assign_parts(les, 9, "metis", objective="vol")
+    work = Workload(features=les.num_features, classes=les.num_classes)
+    choice = choose(les, 9, lambda w: assign_parts(les, 9, "metis"), work, DEFAULT,
+                    {"volume": lambda: assign_parts(les, 9, "metis", objective="vol")})
+    assert "volume" not in choice.considered and np.bincount(choice.parts, minlength=9).min() > 0, choice.considered
+
+
 def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
-    r = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "3", "--out",
+    r = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "4", "--out",
                 str(tmp_path / "p"))
     assert r.returncode == 0, r.stderr
     assert "busiest rank" in r.stdout and "bottleneck" in r.stdout
     assert "the shipped default profile" in r.stderr and "predicted epoch by candidate" in r.stderr
-    assert "volume" in r.stderr  # METIS's volume objective is a candidate of the default...
-    cut = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "3", "--objective", "cut",
+    assert "chose volume" in r.stderr  # METIS's volume objective is a candidate of the default (here the winner)...
+    meta = json.loads((tmp_path / "p" / "partition.json").read_text())
+    assert (meta["chosen_by_cost"], meta["objective"]) == ("volume", "vol"), meta  # ...recorded as what made it
+    cut = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "4", "--objective", "cut",
                   "--out", str(tmp_path / "c"))
     assert cut.returncode == 0 and "volume" not in cut.stderr, cut.stderr  # ...unless an objective is asked for
+    one_error_line(run_cli("partition", "--dataset", "karate", "--parts", "2", "--method", "random", "--objective",
+                           "cut", "--out", str(tmp_path / "r")), "applies to --method metis and mtkahypar")
     typed = run_cli("partition", "--dataset", "hsbm:papers=300,authors=200", "--parts", "2", "--out", str(tmp_path / "t"))
     assert typed.returncode == 0 and "cost model" not in typed.stderr, typed.stderr  # not priced: not named
     (tmp_path / "bad.json").write_text(json.dumps({"name": "x"}))

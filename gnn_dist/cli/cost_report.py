@@ -98,7 +98,8 @@ def workload(args: argparse.Namespace, graph):
 
 def default_parts(args: argparse.Namespace, graph, kwargs: dict):
     """The weighted method's partition whose predicted slowest rank is fastest (partition.cost_parts), with
-    the candidates' predicted epochs in one line."""
+    the candidates' predicted epochs in one line; `kwargs` (what partition.json records) gains the objective
+    of the candidate chosen."""
     from gnn_dist.cli.partition_cmd import log
     from partition import assign_parts
     from partition.cost_parts import choose
@@ -116,6 +117,8 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
         + ", ".join(f"{k} {v:.4f} s" for k, v in choice.considered.items())
         + f"; chose {choice.name} (--balance nodes keeps node counts only)")
     args.cost_choice = choice.name
+    if choice.name.startswith("volume"):
+        kwargs["objective"] = "vol"  # partition.json's objective is the one that made the partition written
     return choice.parts
 
 

@@ -87,8 +87,8 @@ def method_options(args: argparse.Namespace) -> dict:
         raise UsageError(f"--fast-nondeterministic applies to --method mtkahypar; {args.method} is deterministic")
     if args.method == "metis":
         return {"objective": objective}
-    if objective != "cut":
-        raise UsageError(f"--objective {args.objective} applies to --method metis and mtkahypar")
+    if args.objective is not None:  # given, even as `cut`, to a method that has none: said, not ignored
+        raise UsageError(f"--objective {args.objective} applies to --method metis and mtkahypar, not {args.method}")
     return {"mode": args.kahip_mode} if args.method == "kahip" else {}
 
 
