@@ -25,8 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("--name", default=None, help="the profile's name (default: this host's name)")
     p.add_argument("--rows", type=int, default=200_000, help="rows of the timed operands (default 200000)")
     p.add_argument("--repeat", type=int, default=5,
-                   help="timings per kernel; the fastest is kept, what the kernel runs at when nothing else takes "
-                        "the core (default 5)")
+                   help="timings per kernel; the median is kept, the rate a kernel keeps inside a training step "
+                        "(default 5)")
     p.add_argument("--link", action="store_true",
                    help="measure the link among the launched ranks with all-to-alls as training sends them (run "
                         "under `mpiexec -n P` or the network lab's `run`; rank 0 writes the profile) instead of "
