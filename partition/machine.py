@@ -161,6 +161,7 @@ def save(machine: Machine, path: str) -> None:
     from partition.errors import UsageError
     from partition.store import write_atomic
 
+    from_dict(asdict(machine), f"{path} (as measured)")  # a wild measurement is one line, never a profile that cannot load
     target = Path(path)
     try:
         write_atomic(target, lambda f: f.write((json.dumps(asdict(machine), indent=2) + "\n").encode()))

@@ -115,6 +115,21 @@ def test_profiles_round_trip_and_bad_ones_fail_in_one_line(tmp_path):
         load(str(f))
 
 
+def test_a_wild_measurement_is_refused_and_the_old_profile_kept(tmp_path):
+    """CI once timed an empty all-to-all slower than a 1 MiB one: the rate came out 1.05e15 B/s and the
+    profile written could not be read back. The rate is now bounded, and save refuses what load would."""
+    from gnn_dist.cli.profile_machine import link_rate
+
+    assert link_rate(2, 1 << 20, 1e-4, 5e-4) == pytest.approx((1 << 20) / 4e-4)  # the added time, as before
+    assert link_rate(2, 1 << 20, 6e-4, 5e-4) == pytest.approx((1 << 20) / 2.5e-4)  # inverted: twice the big one's rate
+    assert link_rate(4, 1 << 20, 3e-3, 1e-3) == pytest.approx(2 * 3 * (1 << 20) / 1e-3)  # never above twice that
+    f = tmp_path / "m.json"
+    save(ROUND, str(f))
+    with pytest.raises(DataError, match="link_bytes_per_s"):
+        save(dataclasses.replace(ROUND, link_bytes_per_s=1.05e15), str(f))
+    assert load(str(f)) == ROUND and not (tmp_path / "m.json.tmp").exists()
+
+
 def test_default_partition_never_predicts_slower(rmat):
     work = Workload(features=rmat.num_features, classes=rmat.num_classes)
 
