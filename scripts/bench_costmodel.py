@@ -151,7 +151,16 @@ def baseline(rows: list[dict], checkout: str) -> list[float]:
 
 
 def table(path: str, work_dir: str, again: bool, split: bool = False, against: str = "") -> None:
-    rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    if against and not (Path(against) / "partition" / "costmodel.py").is_file():
+        raise SystemExit(f"bench_costmodel: --baseline {against} is not a gnn-dist checkout (no partition/costmodel.py)")
+    try:
+        rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"bench_costmodel: results {path} cannot be read as JSON lines: {e}") from None
+    lacking = next((k for k, r in enumerate(rows) if "rank_compute_s" not in r), None)
+    if split and lacking is not None:
+        raise SystemExit(f"bench_costmodel: --split needs each rank's compute, which row {lacking + 1} of {path} "
+                         "lacks (recorded before it was logged): run it again")
     if again or split:
         sys.path.insert(0, str(ROOT))
         rows = [repredict(r, work_dir) for r in rows]

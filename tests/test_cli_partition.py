@@ -90,6 +90,7 @@ def test_non_finite_features(bad, tmp_path):
     _assert_error(r, "NaN or inf", "node 3")
 
 
+@pytest.mark.slow
 def test_existing_out_needs_force(cora_dir, tmp_path):
     before = {p: p.stat().st_mtime_ns for p in cora_dir.rglob("*")}
     r = run_cli("partition", "--dataset", "karate", "--parts", "2", "--out", str(cora_dir))
@@ -141,6 +142,7 @@ def test_missing_directory(tmp_path):
     _assert_error(run_cli("info", str(tmp_path / "nope")), "does not exist")
 
 
+@pytest.mark.slow
 def test_shipped_data_found_outside_the_source_tree(tmp_path):
     """Run from an unrelated folder so only the installed locations can supply Cora."""
     r = run_cli("partition", "--dataset", "cora", "--parts", "2", "--out", str(tmp_path / "o"), cwd=tmp_path)

@@ -114,6 +114,7 @@ def test_trains_and_saves_a_model_that_loads_single_process(karate2, tmp_path):
     assert acc == 1.0  # four train nodes, 30 epochs: memorised
 
 
+@pytest.mark.slow
 def test_predict_equals_the_exported_pyg_model(karate2, tmp_path):
     """Distributed training, distributed predict, and a single-process PyG model with the same weights agree."""
     import numpy as np

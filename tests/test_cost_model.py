@@ -217,6 +217,7 @@ def test_balance_nodes_is_the_node_balanced_partition(tmp_path):
     assert np.array_equal(read_node_map(tmp_path / "p", read_meta(tmp_path / "p")), expected)
 
 
+@pytest.mark.slow
 def test_profile_machine_writes_a_profile_the_model_reads(tmp_path):
     r = run_cli("profile-machine", "--out", str(tmp_path / "m.json"), "--rows", "2000", "--repeat", "1")
     assert r.returncode == 0, r.stderr

@@ -12,7 +12,7 @@ import pytest
 from partition.edgelist import load_edge_list
 from partition.methods import undirected_adjacency
 from partition.streaming import stream_parts
-from tests.conftest import run_cli
+from tests.conftest import one_error_line, run_cli
 
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
 
@@ -90,3 +90,8 @@ def test_partition_rejects_a_mismatched_assignment(chunks, tmp_path):
     r = run_cli("partition", "--dataset", f"edges:{chunks}", "--parts", "2", "--assignment", str(tmp_path / "none.npy"),
                 "--out", str(tmp_path / "p"))
     assert r.returncode == 2 and "does not exist" in r.stderr
+    for flags, needle in ((("--objective", "vol"), "--objective vol would do nothing"),
+                          (("--method", "kahip"), "--method kahip would do nothing")):
+        r = run_cli("partition", "--dataset", f"edges:{chunks}", "--parts", "2", "--assignment", str(wrong),
+                    *flags, "--out", str(tmp_path / "p"))
+        one_error_line(r, needle)

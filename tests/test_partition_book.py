@@ -11,6 +11,7 @@ from partition.store import read_part
 from tests.conftest import cli_partition
 
 
+@pytest.mark.slow
 def test_round_trip_and_errors(tmp_path):
     part = cli_partition(tmp_path, "cora", 3)
     book = PartitionBook(part)
@@ -27,6 +28,7 @@ def test_round_trip_and_errors(tmp_path):
         book.inner_nodes(3)
 
 
+@pytest.mark.slow
 def test_the_book_reads_through_the_checksums(tmp_path):
     part = cli_partition(tmp_path, "cora", 2)
     node_map = np.load(part / "node_map.npy")

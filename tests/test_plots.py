@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import cli_partition, run_cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_partition_and_run_plots(tmp_path):
     part = cli_partition(tmp_path, "karate", 2)
     png = tmp_path / "parts.png"

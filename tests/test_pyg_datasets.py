@@ -54,6 +54,7 @@ def _imdb_raw(raw, rng) -> None:
     sp.save_npz(raw / "adjM.npz", sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(off[-1], off[-1])))
 
 
+@pytest.mark.slow
 def test_a_typed_pyg_data_set_becomes_a_typed_graph(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()

@@ -75,6 +75,7 @@ def test_each_rank_reads_its_share(sbm3, tmp_path):
     assert_shares_make_the_split(shares, export(sbm3, tmp_path / "split.npz"))
 
 
+@pytest.mark.slow
 def test_a_pyg_baseline_trains_on_the_exported_cora_split(tmp_path):
     """Cora's masks come back as Planetoid's own, and plain PyG trains on them as it would on its Data."""
     from torch_geometric.datasets import Planetoid
