@@ -85,7 +85,7 @@ class Prediction:
     host_floor_s: float  # the busiest host's total work over its cores: a bound no epoch beats
     epoch_s: float
     busiest: int
-    bottleneck: str  # "compute", "wire" or "shared cores": the largest of the phased epoch's three terms
+    bottleneck: str  # "compute", "wire", "shared cores" or "fixed epoch": the largest of the epoch's four terms
     sharing_s: float = 0.0  # what ranks sharing a host's cores add to the phases (partition.phases)
     meetings_s: float = 0.0  # the meetings' time beyond what ranks compute meanwhile (and the fixed epoch's)
     fixed_s: float = 0.0  # the profile's fixed epoch (`epoch_fixed_s`), included in epoch_s
@@ -98,9 +98,13 @@ class Prediction:
                "wire": f"unhidden wire {r.wire_s:.4g} s + compute {r.compute_s:.4g} s",
                "shared cores": f"its host's cores are shared: waiting for a core adds {self.sharing_s:.4g} s to "
                                f"the phases (rank {self.busiest} alone: {r.epoch_s:.4g} s; the host's work over its "
-                               f"cores {self.host_floor_s:.4g} s)"}
+                               f"cores {self.host_floor_s:.4g} s)",
+               "fixed epoch": f"what every epoch costs among these ranks whatever the graph (Python, autograd, "
+                              f"the exchange's machinery, wake-ups), {self.fixed_s:.4g} s, outweighs the graph's "
+                              f"work: more nodes per rank would cost little more"}
         mean = sum(x.epoch_s for x in self.ranks) / len(self.ranks)
-        fixed = f"; and every epoch's fixed cost among these ranks, {self.fixed_s:.4g} s" if self.fixed_s else ""
+        fixed = (f"; and every epoch's fixed cost among these ranks, {self.fixed_s:.4g} s"
+                 if self.fixed_s and self.bottleneck != "fixed epoch" else "")
         return (f"predicted epoch {self.epoch_s:.4g} s; busiest rank {self.busiest} ({r.epoch_s / mean:.2f}x the "
                 f"mean rank), bottleneck {self.bottleneck}: {why[self.bottleneck]}{fixed}")
 
@@ -292,7 +296,7 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     ep = epoch(phased, hosts, machine.cores_per_host / threads)
     # no epoch is shorter than the busiest host's total work over its cores (a bound, printed beside)
     floor = max(sum(one_core[h:h + per_host]) / machine.cores_per_host for h in range(0, p, per_host))
-    terms = {"shared cores": ep.sharing_s, "compute": ep.compute_s + fixed, "wire": ep.wire_s}
+    terms = {"shared cores": ep.sharing_s, "compute": ep.compute_s, "wire": ep.wire_s, "fixed epoch": fixed}
     bottleneck = max(terms, key=lambda t: terms[t])  # ties: the first
     busiest = max(range(p), key=lambda k: one_core[k] if bottleneck == "shared cores" else ranks[k].epoch_s)
     return Prediction(ranks, floor, ep.seconds + fixed, busiest, bottleneck, ep.sharing_s, ep.wire_s, fixed)

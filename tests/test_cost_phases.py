@@ -53,6 +53,10 @@ def test_prediction_is_the_phases_sum_on_shared_cores():
     assert pred.epoch_s > 1.1 * max(sum(reads) / 2, max(reads)) * 24 / 1e9
     assert pred.bottleneck == "compute" and pred.busiest == 3
     assert pred.sharing_s == pytest.approx((30400 - 20400) * 24 / 1e9, rel=1e-5)
+    # a fixed epoch larger than all of that is named as the bottleneck, not "compute"
+    fixed = predict(parts, work, dataclasses.replace(SPARSE_ONLY, epoch_fixed_s=0.01))
+    assert fixed.epoch_s == pytest.approx(pred.epoch_s + 0.01) and fixed.bottleneck == "fixed epoch"
+    assert "bottleneck fixed epoch: what every epoch costs" in fixed.summary()
 
 
 @pytest.mark.parametrize("features,layers_", [(16, 2), (500, 3), (8, 3)])
