@@ -150,6 +150,10 @@ def baseline(rows: list[dict], checkout: str) -> list[float]:
     return json.loads(done.stdout)
 
 
+ROW_KEYS = {"where", "ranks", "rate", "dataset", "balance", "hidden", "machine", "epoch_s", "predicted_s",
+            "bottleneck", "busiest"}  # what `run` records and `table` prints
+
+
 def table(path: str, work_dir: str, again: bool, split: bool = False, against: str = "") -> None:
     if against and not (Path(against) / "partition" / "costmodel.py").is_file():
         raise SystemExit(f"bench_costmodel: --baseline {against} is not a gnn-dist checkout (no partition/costmodel.py)")
@@ -157,13 +161,21 @@ def table(path: str, work_dir: str, again: bool, split: bool = False, against: s
         rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
     except (OSError, ValueError) as e:
         raise SystemExit(f"bench_costmodel: results {path} cannot be read as JSON lines: {e}") from None
-    lacking = next((k for k, r in enumerate(rows) if "rank_compute_s" not in r), None)
-    if split and lacking is not None:
-        raise SystemExit(f"bench_costmodel: --split needs each rank's compute, which row {lacking + 1} of {path} "
-                         "lacks (recorded before it was logged): run it again")
+    for k, r in enumerate(rows):
+        missing = sorted(ROW_KEYS - set(r)) if isinstance(r, dict) else ["(not a JSON object)"]
+        if missing:
+            raise SystemExit(f"bench_costmodel: row {k + 1} of {path} is not a `run` record: lacks {', '.join(missing)}")
+        if split and "rank_compute_s" not in r:
+            raise SystemExit(f"bench_costmodel: --split needs each rank's compute, which row {k + 1} of {path} "
+                             "lacks (recorded before it was logged): run it again")
     if again or split:
         sys.path.insert(0, str(ROOT))
-        rows = [repredict(r, work_dir) for r in rows]
+        from partition.errors import GnnDistError
+
+        try:
+            rows = [repredict(r, work_dir) for r in rows]
+        except GnnDistError as e:  # a row's partition folder gone or edited, a profile out of range
+            raise SystemExit(f"bench_costmodel: cannot predict a row again: {e}") from None
     if split:
         split_table(rows)
         return
@@ -223,6 +235,8 @@ def main() -> None:
     t.add_argument("--baseline", default="", metavar="CHECKOUT",
                    help="also the predictions of the cost model in CHECKOUT (e.g. main's worktree), side by side")
     a = ap.parse_args()
+    if a.cmd == "run" and a.assignment and (a.balance or a.objective):
+        ap.error("--assignment takes the parts as given: drop --balance and --objective")
     run(a) if a.cmd == "run" else table(a.results, a.work, a.repredict, a.split, a.baseline)
 
 

@@ -121,8 +121,9 @@ def test_a_wild_measurement_is_refused_and_the_old_profile_kept(tmp_path):
     from gnn_dist.cli.profile_machine import link_rate
 
     assert link_rate(2, 1 << 20, 1e-4, 5e-4) == pytest.approx((1 << 20) / 4e-4)  # the added time, as before
-    assert link_rate(2, 1 << 20, 6e-4, 5e-4) == pytest.approx((1 << 20) / 2.5e-4)  # inverted: twice the big one's rate
-    assert link_rate(4, 1 << 20, 3e-3, 1e-3) == pytest.approx(2 * 3 * (1 << 20) / 1e-3)  # never above twice that
+    assert link_rate(4, 1 << 20, 2.4e-3, 3.8e-3) == pytest.approx(3 * (1 << 20) / 1.4e-3)  # more empty than added: kept
+    assert link_rate(2, 1 << 20, 6e-4, 5e-4) == pytest.approx((1 << 20) / 5e-5)  # inverted: 10x the big one's rate
+    assert link_rate(4, 1 << 20, 3e-3, 1e-3) == pytest.approx(10 * 3 * (1 << 20) / 1e-3)  # never above that
     f = tmp_path / "m.json"
     save(ROUND, str(f))
     with pytest.raises(DataError, match="link_bytes_per_s"):

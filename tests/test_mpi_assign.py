@@ -91,7 +91,8 @@ def test_partition_rejects_a_mismatched_assignment(chunks, tmp_path):
                 "--out", str(tmp_path / "p"))
     assert r.returncode == 2 and "does not exist" in r.stderr
     for flags, needle in ((("--objective", "vol"), "--objective vol would do nothing"),
-                          (("--method", "kahip"), "--method kahip would do nothing")):
+                          (("--method", "kahip"), "--method kahip would do nothing"),
+                          (("--balance", "nodes"), "--balance nodes would do nothing")):
         r = run_cli("partition", "--dataset", f"edges:{chunks}", "--parts", "2", "--assignment", str(wrong),
                     *flags, "--out", str(tmp_path / "p"))
         one_error_line(r, needle)

@@ -129,9 +129,13 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(out, args.force)  # fail before hours of work, not after
     if args.assignment and not Path(args.assignment).is_file():
         raise DataError(f"assignment {args.assignment} does not exist")
-    if args.assignment and (args.method != "metis" or args.objective is not None):  # before the load: said, not ignored
-        given = f"--method {args.method}" if args.method != "metis" else f"--objective {args.objective}"
-        raise UsageError(f"--assignment takes the parts as given; {given} would do nothing with it")
+    if args.assignment:  # the method's flags, before the load: said, not ignored
+        given = [flag for flag, on in ((f"--method {args.method}", args.method != "metis"),
+                                       (f"--objective {args.objective}", args.objective is not None),
+                                       (f"--balance {args.balance}", bool(args.balance)),
+                                       ("--fast-nondeterministic", args.fast_nondeterministic)) if on]
+        if given:
+            raise UsageError(f"--assignment takes the parts as given; {given[0]} would do nothing with it")
     balance = tuple(b for b in args.balance.split(",") if b)
     for key in balance:  # before loading: a typo should not cost the load
         if key not in BALANCE_KEYS + ("nodes",):
