@@ -37,6 +37,7 @@ class Machine:
     # training (Python, autograd, the exchange's machinery, every meeting's wake-ups); 0: priced from step_s
     # and latency_s instead (the default profile, profiles without the measurement)
     epoch_fixed_s: float = 0.0
+    epoch_fixed_ranks: int = 0  # how many ranks epoch_fixed_s was measured among (0: not recorded, older profiles)
 
     def describe(self) -> str:
         """One line: what the predictions assume."""
@@ -48,7 +49,8 @@ class Machine:
                 + (f", burst {self.link_burst_bytes / 1024:.0f} KiB" if self.link_burst_bytes else "")
                 + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a host) read at {self.hot_rate / 1e9:.2f} "
                    f"G edge-columns/s" if self.cache_bytes else "")
-                + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else ""))
+                + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else "")
+                + (f" among {self.epoch_fixed_ranks} ranks" if self.epoch_fixed_s and self.epoch_fixed_ranks else ""))
 
     @property
     def hot_rate(self) -> float:
@@ -84,13 +86,13 @@ LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elemen
           "step_s": (0.0, 3600.0), "cores_per_host": (1, 1 << 20), "ranks_per_host": (0, 1 << 20),
           "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15),
           "sparse_hot_per_core": (1e3, 1e15), "cache_bytes": (1024.0, 1e15),
-          "epoch_fixed_s": (1e-6, 3600.0)}
+          "epoch_fixed_s": (1e-6, 3600.0), "epoch_fixed_ranks": (0, 1 << 20)}
 # absent from older profiles: 0, not measured
-OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s")
+OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "epoch_fixed_ranks")
 # 0 (not measured) or within LIMITS: a rate of 1e-300 would price a product at 1e305 s, and a fixed epoch of
 # 1e-320 s would switch the model to a measured fixed cost of nothing
 UNMEASURED_ZERO = ("sparse_hot_per_core", "cache_bytes", "epoch_fixed_s")
-WHOLE = ("cores_per_host", "ranks_per_host")
+WHOLE = ("cores_per_host", "ranks_per_host", "epoch_fixed_ranks")
 
 
 def _number(name: str, v: object, source: str) -> float | int:

@@ -2,6 +2,7 @@
 the random-column rate (partition.costmodel.sparse_seconds), and the profile fields that carry it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -114,6 +115,19 @@ def test_profiles_with_and_without_the_cache_fields(tmp_path):
         with pytest.raises(DataError, match=f"'{field}' must be 0 \\(not measured\\) or between"):
             from_dict(dict(old, **{field: lie}), "m.json")
     assert from_dict(dict(old, sparse_hot_per_core=0, epoch_fixed_s=0.0), "m.json").hot_rate == 1e9
+    for lie, needle in ((2.5, "a whole number"), (-1, "between 0 and"), ("4", "a number")):
+        with pytest.raises(DataError, match=f"'epoch_fixed_ranks' must be {needle}"):
+            from_dict(dict(old, epoch_fixed_ranks=lie), "m.json")
+
+
+def test_partition_says_when_the_fixed_epoch_was_measured_among_other_ranks(tmp_path):
+    """A fixed epoch measured among 2 ranks prices 4 parts with 2 ranks' cost: said, not silent."""
+    f = tmp_path / "m.json"
+    save(dataclasses.replace(CACHED, epoch_fixed_s=0.007, epoch_fixed_ranks=2), str(f))
+    r = run_cli("partition", "--dataset", "sbm:nodes=400", "--parts", "4", "--balance", "nodes", "--machine", str(f),
+                "--out", str(tmp_path / "p"))
+    assert r.returncode == 0, r.stderr
+    assert "fixed epoch was measured among 2 ranks, not 4" in r.stderr and "mpiexec -n 4" in r.stderr, r.stderr
 
 
 @pytest.mark.slow
@@ -126,3 +140,4 @@ def test_profile_machine_among_ranks_keeps_the_hosts_cache(tmp_path):
     assert one.cache_bytes == two.cache_bytes > 0 and two.sparse_hot_per_core > 0 and two.latency_s > 0
     # among ranks, an epoch's fixed cost from a tiny training (alone, none: step_s and the latency stand for it)
     assert one.epoch_fixed_s == 0.0 and 0.0 < two.epoch_fixed_s < 1.0 and "fixed cost" in two.describe()
+    assert (one.epoch_fixed_ranks, two.epoch_fixed_ranks) == (0, 2) and "among 2 ranks" in two.describe()

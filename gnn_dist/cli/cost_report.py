@@ -83,6 +83,10 @@ def say_machine(args: argparse.Namespace, graph) -> None:
     profile = args.machine_profile
     log(f"cost model: {profile.describe()}" + (f" (from {args.machine})" if args.machine else
                                                 " (the shipped default profile)"))
+    measured_among = profile.epoch_fixed_ranks if profile.epoch_fixed_s else 0
+    if measured_among and measured_among != args.parts:  # the fixed epoch grows with the ranks sharing a host
+        log(f"note: the profile's fixed epoch was measured among {measured_among} ranks, not {args.parts}: "
+            f"predictions are for {measured_among} ranks' fixed cost (take it with mpiexec -n {args.parts})")
 
 
 def check_workload(args: argparse.Namespace) -> None:

@@ -318,6 +318,7 @@ def measure(args: argparse.Namespace):
     per_core["cache_bytes"] = rates["cache_bytes"]
     per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
     per_core["epoch_fixed_s"] = summed["epoch_fixed_s"] / ctx.world_size  # the ranks' mean
+    per_core["epoch_fixed_ranks"] = ctx.world_size  # it holds for as many ranks: partition says when parts differ
     return Machine(name=args.name or socket.gethostname(), cores_per_host=cores,
                    ranks_per_host=0 if ctx.local_size == ctx.world_size else ctx.local_size,
                    link_bytes_per_s=link, latency_s=latency, **per_core)
