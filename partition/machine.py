@@ -163,10 +163,11 @@ def save(machine: Machine, path: str) -> None:
     from partition.errors import UsageError
     from partition.store import write_atomic
 
-    from_dict(asdict(machine), f"{path} (as measured)")  # a wild measurement is one line, never a profile that cannot load
+    fields_ = asdict(machine)
+    from_dict(fields_, f"{path} (as measured)")  # a wild measurement is one line, never a profile that cannot load
     target = Path(path)
     try:
-        write_atomic(target, lambda f: f.write((json.dumps(asdict(machine), indent=2) + "\n").encode()))
+        write_atomic(target, lambda f: f.write((json.dumps(fields_, indent=2) + "\n").encode()))
     except OSError as e:
         target.with_name(target.name + ".tmp").unlink(missing_ok=True)
         raise UsageError(f"cannot write the machine profile {path}: {e.strerror or e}") from None

@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--parts must be at least 1, got {args.parts}")
     progress.flag_mode(args)
     check_out_dir(out, args.force)  # fail before hours of work, not after
-    if args.assignment and not Path(args.assignment).is_file():
-        raise DataError(f"assignment {args.assignment} does not exist")
-    if args.assignment:  # the method's flags, before the load: said, not ignored
+    if args.assignment:  # the file and the method's flags, before the load: said, not ignored
+        if not Path(args.assignment).is_file():
+            raise DataError(f"assignment {args.assignment} does not exist")
         given = [flag for flag, on in ((f"--method {args.method}", args.method != "metis"),
                                        (f"--objective {args.objective}", args.objective is not None),
                                        (f"--balance {args.balance}", bool(args.balance)),
