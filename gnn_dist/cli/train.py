@@ -80,6 +80,9 @@ def add_launch_flags(p) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
     p.add_argument("--heartbeat-timeout", type=float, default=60.0, metavar="S", help="a rank whose heartbeat "
                    "process is silent this long is lost (default 60; a busy or stopped rank keeps beating)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="intra-op threads per rank (default: the CPUs a rank may use, its affinity or its cgroup's "
+                        "CPU quota where smaller, over the ranks on its host; at least 1)")
 
 
 def add_loop_flags(p) -> None:
@@ -149,6 +152,7 @@ def check_args(a: argparse.Namespace) -> None:
         (a.eval_every >= 0 and a.checkpoint_every >= 0, "--eval-every and --checkpoint-every must be >= 0"),
         (a.timeout > 0, f"--timeout must be > 0, got {a.timeout}"),
         (a.heartbeat_timeout > 1, f"--heartbeat-timeout must be > 1 (seconds), got {a.heartbeat_timeout}"),
+        (a.threads is None or a.threads >= 1, f"--threads must be >= 1, got {a.threads}"),
         (not (a.checkpoint_every or a.resume) or a.checkpoint_dir, "--checkpoint-every/--resume need --checkpoint-dir"),
     ]
     for ok, msg in rules:
@@ -176,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.runtime.launch import init
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"],
-               transport=args.transport, heartbeat_timeout_s=args.heartbeat_timeout)
+               transport=args.transport, heartbeat_timeout_s=args.heartbeat_timeout, threads=args.threads)
     if args.memory_report:
         from gnn_dist.runtime.malloc import resident_bytes
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
-from gnn_dist.runtime import placement
+from gnn_dist.runtime import cgroups, placement
 from gnn_dist.runtime import transport as halo_transport
 from gnn_dist.runtime.failure import describe_user_error, exit_code, exit_line, is_collective_failure, print_traceback
 from gnn_dist.runtime.malloc import keep_freed_memory
@@ -58,6 +58,8 @@ class DistContext:
     backend: str
     halo_group: object = None
     launcher: str = "mpiexec"  # or "torchrun": who started the ranks (and so how a failing rank ends the rest)
+    threads: int = 1  # this rank's intra-op threads (torch's, and the numba kernels' split)
+    usable_cpus: float = 1.0  # the CPUs this rank's process may use: affinity, or its cgroup quota where smaller
     sentinel: Sentinel | None = None
     on_fail: list = field(default_factory=list)  # callables(message) run before a failing rank exits
     closed: bool = False
@@ -259,7 +261,7 @@ def _torchrun_rendezvous() -> Rendezvous:
 
 def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None = None,
          master_addr: str | None = None, expected_world: int | None = None, heartbeat_s: float = 1.0,
-         heartbeat_timeout_s: float = 60.0, transport: str = "auto") -> DistContext:
+         heartbeat_timeout_s: float = 60.0, transport: str = "auto", threads: int | None = None) -> DistContext:
     """Start torch.distributed for this process; `expected_world` is checked before any network setup.
 
     `backend`: None (NCCL where each rank of a host has a GPU of its own, ranks sharing GPUs staged through
@@ -271,11 +273,17 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     host; everything else over torch.distributed) or "gloo" (all of them). `heartbeat_timeout_s`: a rank whose sentinel has not
     beaten for this long is lost (a rank that is merely busy or stopped keeps beating).
 
+    `threads`: this rank's intra-op threads; default the CPUs this process may use (its affinity, or its
+    cgroup's CPU quota where smaller: containers, SLURM, the network lab's hosts) over the ranks on its host
+    (LOCAL_WORLD_SIZE under torchrun), at least one. Rank 0 prints the number once.
+
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`). An exception or
     `sys.exit(n)` on one rank is printed there in one line, and every rank leaves with its code.
     """
     if transport not in ("auto", "gloo"):
         raise LaunchError(f"unknown transport '{transport}' (choose auto or gloo)")
+    if threads is not None and threads < 1:
+        raise LaunchError(f"threads must be >= 1, got {threads}")
     if not (heartbeat_s > 0 and heartbeat_timeout_s > heartbeat_s):
         raise LaunchError(f"the heartbeat timeout ({heartbeat_timeout_s:g} s) must exceed its period "
                           f"({heartbeat_s:g} s)")
@@ -284,7 +292,11 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     if expected_world is not None and rv.size != expected_world:
         raise LaunchError(f"launched with {rv.size} ranks but the partition has {expected_world} parts "
                           f"(run mpiexec -n {expected_world})")
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(rv.local_size, 1)))
+    usable = cgroups.usable_cpus()
+    chosen = threads if threads is not None else cgroups.threads_per_rank(usable, rv.local_size)
+    torch.set_num_threads(chosen)
+    if rv.rank == 0:
+        _say_threads(chosen, usable, rv.local_size, threads is not None)
     keep_freed_memory()
     gpus = torch.cuda.device_count() if backend != "gloo" and torch.cuda.is_available() else 0
     agree = placement.mpi_all if not torchrun else bool
@@ -295,7 +307,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
         if name:
             os.environ["GLOO_SOCKET_IFNAME"] = name
     ctx = DistContext(rv.rank, rv.size, rv.local_rank, rv.local_size, device, backend,
-                      launcher="torchrun" if torchrun else "mpiexec")
+                      launcher="torchrun" if torchrun else "mpiexec", threads=chosen, usable_cpus=usable)
     _STARTED[0] += 1
     if rv.size > 1:  # forked before any store or gloo thread exists
         run = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
@@ -311,6 +323,14 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     _watch_exits()
     _OPEN.append(ctx)
     return ctx
+
+
+def _say_threads(chosen: int, usable: float, local_size: int, given: bool) -> None:
+    """One line on rank 0: the threads per rank and where the number comes from."""
+    affinity = cgroups.affinity_cpus()
+    where = f"{usable:.3g} usable CPUs" + (f" (cgroup quota; {affinity} in its affinity)" if usable < affinity else "")
+    why = " (--threads)" if given else f": {where} over {local_size} rank{'s' * (local_size != 1)} on its host"
+    sys.stderr.write(f"[gnn-dist] {chosen} thread{'s' * (chosen != 1)} per rank{why}\n")
 
 
 def _process_groups(rv: Rendezvous, backend: str, timeout: datetime.timedelta, torchrun: bool, transport: str):

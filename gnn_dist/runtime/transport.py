@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.runtime import staging
+from gnn_dist.runtime.cgroups import usable_cpus
 
 _COMMS: dict = {}  # torch process group -> MPI communicator carrying its CPU all-to-alls
 # plans with at most this many rows per all-to-all on every rank use MPI (`agree_small`); the variable is for measuring
@@ -40,10 +41,11 @@ MPI_MAX_ROWS = int(os.environ.get("GNN_DIST_MPI_MAX_ROWS", 16384))
 _ROW_TYPES: dict = {}  # row bytes -> committed MPI datatype
 
 
-def host_cores() -> int:
-    """Cores per host for the launcher's rule (MPI only where ranks do not outnumber them); GNN_DIST_HOST_CORES
-    overrides the count, so a 2-core box can take the transport a 16-core one would (tests)."""
-    return int(os.environ.get("GNN_DIST_HOST_CORES") or os.cpu_count() or 1)
+def host_cores() -> float:
+    """Cores per host for the launcher's rule (MPI only where ranks do not outnumber them): the CPUs this
+    process may use (`cgroups.usable_cpus`: a 0.45-core quota is less than one rank's polling needs);
+    GNN_DIST_HOST_CORES overrides the count, so a 2-core box can take the transport a 16-core one would (tests)."""
+    return float(os.environ.get("GNN_DIST_HOST_CORES") or usable_cpus())
 
 
 class MPIWork:

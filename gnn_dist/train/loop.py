@@ -73,7 +73,7 @@ class Loop:
         self.progress = resolve(progress) if ctx.is_main else "none"  # bar | lines | none (gnn_dist.progress)
         self.memory_report = memory_report  # the runtime's resident bytes before loading: report after one epoch
         self.reduce_s = 0.0  # this epoch's seconds in the gradient all-reduce: waiting for the slowest rank
-        self.log_first = dict(log_first or {})  # fields the run's first logged epoch carries (the cost model's)
+        self.log_first = {**rank_threads(ctx), **(log_first or {})}  # what the run's first logged epoch carries
         sync_parameters(self.model, ctx)
         if log_path:  # why the run ended, even if the launcher drops our stderr: any rank that fails first
             ctx.on_fail.append(lambda message: _append_error(Path(log_path), ctx.rank, message))
@@ -249,17 +249,33 @@ class Loop:
 
 
 def rank_times(epoch_s: float, reduce_s: float, halo: dict, ctx: DistContext) -> dict:
-    """Every rank's compute and wait seconds of this epoch, gathered in one small all-reduce.
+    """Every rank's compute and wait seconds of this epoch, and its halo bytes out and in and seconds of
+    overlap (work done while its rows travelled), gathered in one small all-reduce.
 
     Wait is time blocked on others: the halo all-to-alls of training (their channels' `wait_s`) and the
     gradient all-reduce, where a rank waits for the slowest; compute is the rest of the rank's epoch.
     """
-    wait = reduce_s + sum(c.get("wait_s", 0.0) for name, c in halo.items() if not name.endswith("eval"))
-    table = torch.zeros(ctx.world_size, 2, dtype=torch.float64)
-    table[ctx.rank] = torch.tensor([epoch_s - wait, wait], dtype=torch.float64)
-    table = all_sum(table, ctx)
+    train = [c for name, c in halo.items() if not name.endswith("eval")]
+    wait = reduce_s + sum(c.get("wait_s", 0.0) for c in train)
+    sent = sum(sum(c.get("bytes", [])) for c in train)
+    table = torch.zeros(ctx.world_size, 5, dtype=torch.float64)
+    table[ctx.rank] = torch.tensor([epoch_s - wait, wait, sent, sum(c.get("recv_bytes", 0) for c in train),
+                                    sum(c.get("overlap_s", 0.0) for c in train)], dtype=torch.float64)
+    table = all_sum(table, ctx).cpu()
     return {"rank_compute_s": [round(v, 6) for v in table[:, 0].tolist()],
-            "rank_wait_s": [round(v, 6) for v in table[:, 1].tolist()]}
+            "rank_wait_s": [round(v, 6) for v in table[:, 1].tolist()],
+            "rank_sent_bytes": [int(v) for v in table[:, 2].tolist()],
+            "rank_recv_bytes": [int(v) for v in table[:, 3].tolist()],
+            "rank_overlap_s": [round(v, 6) for v in table[:, 4].tolist()]}
+
+
+def rank_threads(ctx: DistContext) -> dict:
+    """Every rank's threads and usable CPUs (gnn_dist.runtime.launch), gathered once for the first logged epoch."""
+    table = torch.zeros(ctx.world_size, 2, dtype=torch.float64)
+    table[ctx.rank] = torch.tensor([ctx.threads, ctx.usable_cpus], dtype=torch.float64)
+    table = all_sum(table, ctx).cpu()
+    return {"rank_threads": [int(v) for v in table[:, 0].tolist()],
+            "rank_usable_cpus": [round(v, 4) for v in table[:, 1].tolist()]}
 
 
 def _append_error(log: Path, rank: int, message: str) -> None:
