@@ -1,31 +1,57 @@
-"""Network lab: P network namespaces on one box, joined by rate-limited veth links to a bridge.
+"""Network lab: P emulated hosts on one box, joined by rate-limited veth links to a bridge.
 
-    sudo python scripts/netlab.py up --hosts 4 --rate 1gbit [--delay 1ms]
+    sudo python scripts/netlab.py up --hosts 4 --rate 1gbit|none [--delay 1ms] \\
+                                     [--cores-per-host 0.22] [--memory-per-host 2G]
     sudo python scripts/netlab.py run -- python -m gnn_dist train --partition out/g-4 ...
+    sudo python scripts/netlab.py status                   # each host's quota, limit, CPU time, peak memory
     sudo python scripts/netlab.py profile --out lab.json   # the cost model's profile of the lab's links
     sudo python scripts/netlab.py down
 
 Each host namespace `gdlK` has one veth (`gdlKh`, address 10.77.0.K+1/24)
 whose peer (`gdlKs`) sits on bridge `gdlbr` in the switch namespace `gdlsw`.
 Both directions of every link go through `tc tbf` at --rate, so bytes on the
-wire cost real time. `run` starts rank K in namespace gdlK with torchrun's
+wire cost real time (`--rate none`: unshaped, for runs that emulate the hosts
+but not the wire). `run` starts rank K in namespace gdlK with torchrun's
 variables (MASTER_ADDR = host 0), so gnn-dist's launcher rendezvouses over
-the lab links and gloo binds to the veth. Only these addresses are used, and
-`down` removes everything `up` made.
+the lab links and gloo binds to the veth (it enters only the host's network
+namespace: the box's files, /sys/fs/cgroup included, stay in view).
+
+With --cores-per-host or --memory-per-host every host is a machine of its
+own too: a cgroup per host (gnn_dist.runtime.cgroups; v1 or v2) holds a CPU
+quota of C cores at the shortest CFS period that allows it (--cfs-period-us
+sets another) and a memory limit of M bytes, and every process `run` starts
+for that host (the rank, its sentinel, anything they start) lives in it.
+Ranks are then told they are alone on their host (LOCAL_WORLD_SIZE=1), so
+each sizes its threads by its own quota. A host the kernel kills for memory
+is reported as `rank K lost (out of memory)`. What the emulation does not
+model: the box's one L3 and its memory bandwidth, shared by every host, and
+the kernel's network stack, whose CPU time no host's quota pays.
+
+Only these addresses and groups are used, and `down` removes everything `up`
+made (processes left in a host's groups are killed first).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gnn_dist.runtime.cgroups import HostGroup, quota_period  # noqa: E402
+from partition.errors import LaunchError  # noqa: E402
 
 STATE = Path("/run/gnn-dist-netlab.json")
 SUBNET = "10.77.0"
 SWITCH = "gdlsw"
 BRIDGE = "gdlbr"
+GROUPS = "gnn-dist-lab"  # the hosts' cgroups sit under <this process's group>/gnn-dist-lab/gdlK
 BURST_BYTES = 256 * 1024  # tbf's bucket ("256kb" to tc: kilobytes): what a link passes at line speed after a pause
 
 
@@ -51,11 +77,50 @@ def shape(namespace: str, dev: str, rate: str, delay: str | None) -> None:
             raise SystemExit(f"netlab: --delay needs the netem qdisc, which this kernel lacks ({r.stderr.strip()})")
 
 
-def up(hosts: int, rate: str, delay: str | None) -> None:
+def parse_bytes(text: str) -> int:
+    """'2G', '512M', '1.5g', '2147483648': bytes (powers of 1024)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)i?b?\s*", str(text).lower())
+    if not m or float(m.group(1)) <= 0:
+        raise SystemExit(f"netlab: --memory-per-host takes a size such as 2G or 512M, got {text!r}")
+    return int(float(m.group(1)) * 1024 ** "bkmgt".index(m.group(2) or "b"))
+
+
+def save_state(state: dict) -> None:
+    tmp = STATE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(STATE)
+
+
+def load_state() -> dict:
+    if not STATE.exists():
+        raise SystemExit("netlab: no lab is up (run `up` first)")
+    return json.loads(STATE.read_text())
+
+
+def host_groups(state: dict) -> list[HostGroup | None]:
+    """Each host's cgroups as `up` made them (None: hosts share the box's cores and memory)."""
+    return [None if g is None else HostGroup(g["name"], g.get("cores"), g.get("memory"),
+                                             {c: (Path(d), v) for c, (d, v) in g["dirs"].items()})
+            for g in state.get("groups") or [None] * state["hosts"]]
+
+
+def up(hosts: int, rate: str, delay: str | None, cores: float | None = None, memory: int | None = None,
+       period_us: int | None = None) -> None:
     if STATE.exists():
         raise SystemExit(f"netlab: a lab is already up ({STATE}); run `down` first")
-    made = {"hosts": hosts, "rate": rate, "delay": delay, "namespaces": []}
+    if hosts < 1:
+        raise SystemExit(f"netlab: --hosts must be >= 1, got {hosts}")
+    if rate == "none" and delay:
+        raise SystemExit("netlab: --delay shapes the links, and --rate none leaves them unshaped")
+    made = {"hosts": hosts, "rate": rate, "delay": delay, "namespaces": [], "cores": cores, "memory": memory,
+            "period_us": period_us, "groups": None}
     try:
+        if cores is not None or memory is not None:
+            made["groups"] = []
+            for k in range(hosts):
+                g = HostGroup(f"gdl{k}", cores, memory)
+                made["groups"].append(g)  # before create: a half-made host is removed too
+                g.create(GROUPS, period_us=period_us)
         sh("ip", "netns", "add", SWITCH)
         made["namespaces"].append(SWITCH)
         ns(SWITCH, "ip", "link", "add", BRIDGE, "type", "bridge")
@@ -70,50 +135,114 @@ def up(hosts: int, rate: str, delay: str | None) -> None:
             ns(host, "ip", "link", "set", "lo", "up")
             ns(SWITCH, "ip", "link", "set", s, "master", BRIDGE)
             ns(SWITCH, "ip", "link", "set", s, "up")
-            shape(host, h, rate, delay)  # host -> switch
-            shape(SWITCH, s, rate, delay)  # switch -> host
-    except BaseException:
-        _remove(made["namespaces"])
+            if rate != "none":
+                shape(host, h, rate, delay)  # host -> switch
+                shape(SWITCH, s, rate, delay)  # switch -> host
+    except BaseException as e:
+        _remove(made["namespaces"], made["groups"] or [])
+        if isinstance(e, LaunchError):
+            raise SystemExit(f"netlab: {e}") from None
         raise
-    STATE.write_text(json.dumps(made))
-    print(f"netlab: {hosts} hosts {SUBNET}.1-{hosts} at {rate}" + (f", delay {delay}" if delay else ""))
+    if made["groups"] is not None:
+        made["groups"] = [{"name": g.name, "cores": g.cores, "memory": g.memory,
+                           "dirs": {c: [str(d), v] for c, (d, v) in g.dirs.items()}} for g in made["groups"]]
+    save_state(made)
+    where = f" at {rate}" if rate != "none" else ", links unshaped"
+    print(f"netlab: {hosts} hosts {SUBNET}.1-{hosts}{where}" + (f", delay {delay}" if delay else "") + _host_line(made))
 
 
-def _remove(namespaces: list[str]) -> None:
+def _host_line(state: dict) -> str:
+    parts = []
+    if state.get("cores") is not None:
+        quota, period = quota_period(state["cores"], state.get("period_us"))
+        parts.append(f"{quota / period:.4g} cores each ({quota} us every {period} us)")
+    if state.get("memory") is not None:
+        parts.append(f"{state['memory'] / 2**30:.3g} GiB each")
+    return "; " + ", ".join(parts) if parts else "; hosts share the box's cores and memory"
+
+
+def _remove(namespaces: list[str], groups: list) -> None:
+    for g in groups:  # a process left in a host's groups keeps them from being removed
+        for pid in g.pids() if g.dirs else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    deadline = time.monotonic() + 5.0
+    while any(g.dirs and g.pids() for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for g in groups:
+        g.remove()
     for name in reversed(namespaces):  # deleting a namespace deletes its veth ends too
         sh("ip", "netns", "del", name, check=False)
 
 
 def down() -> None:
     if STATE.exists():
-        _remove(json.loads(STATE.read_text())["namespaces"])
+        state = json.loads(STATE.read_text())
+        _remove(state["namespaces"], [g for g in host_groups(state) if g is not None])
         STATE.unlink()
     else:  # best effort after a crash
-        _remove([SWITCH] + [f"gdl{k}" for k in range(64)])
+        _remove([SWITCH] + [f"gdl{k}" for k in range(64)], [])
     print("netlab: down")
 
 
 def run(cmd: list[str], port: int = 29400, timeout: float | None = None) -> int:
-    """Start one rank per host namespace with torchrun-style variables; return the worst exit code."""
-    if not STATE.exists():
-        raise SystemExit("netlab: no lab is up (run `up` first)")
-    hosts = json.loads(STATE.read_text())["hosts"]
+    """`launch`, and the worst of its exit codes."""
+    return max(launch(cmd, port, timeout)[0], key=abs)
+
+
+def launch(cmd: list[str], port: int = 29400, timeout: float | None = None) -> tuple[list[int], list[int]]:
+    """Start one rank per host namespace (and, where hosts have them, in its cgroups) with torchrun-style
+    variables; (each rank's exit code, the ranks whose host the kernel killed a process of for memory). Those
+    are named on stderr too: `netlab: rank K lost (out of memory ...)`; 124: killed at `timeout`."""
+    state = load_state()
+    hosts, groups = state["hosts"], host_groups(state)
+    own = state.get("groups") is not None and state.get("cores") is not None  # each host has cores of its own
+    ooms = [g.usage()["oom_kills"] if g else 0 for g in groups]  # a host's count goes on across runs
     procs = []
     for k in range(hosts):
         env = dict(os.environ, RANK=str(k), WORLD_SIZE=str(hosts), LOCAL_RANK="0",
-                   LOCAL_WORLD_SIZE=str(hosts),  # all "hosts" share this box's cores
+                   LOCAL_WORLD_SIZE="1" if own else str(hosts),  # without own cores all "hosts" share the box's
                    MASTER_ADDR=f"{SUBNET}.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=f"gdl{k}h",
                    TORCH_CPP_LOG_LEVEL=os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"))  # namespaces have no hostname entry
-        procs.append(subprocess.Popen(["ip", "netns", "exec", f"gdl{k}", *cmd], env=env))
+        join = (lambda g=groups[k]: g.join(os.getpid())) if groups[k] else None
+        # nsenter, not `ip netns exec`, which mounts a fresh /sys and so hides the cgroups a rank reads its quota in
+        procs.append(subprocess.Popen(["nsenter", f"--net=/run/netns/gdl{k}", "--", *cmd], env=env, preexec_fn=join))
+    deadline = None if timeout is None else time.monotonic() + timeout
     codes = []
     for p in procs:
         try:
-            codes.append(p.wait(timeout=timeout))
+            codes.append(p.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
             codes.append(124)
-    return max(codes, key=abs)
+    codes = [128 - c if c < 0 else c for c in codes]  # killed by signal N: 128 + N, as a shell says
+    lost = [k for k, g in enumerate(groups) if g is not None and g.usage()["oom_kills"] > ooms[k]]
+    for k in lost:
+        limit = f": host gdl{k}'s limit is {groups[k].memory / 2**20:.0f} MiB" if groups[k].memory else ""
+        print(f"netlab: rank {k} lost (out of memory{limit})", file=sys.stderr)
+    return codes, lost
+
+
+def status() -> None:
+    """Each host: its quota, memory limit, CPU time used, peak memory and OOM kills so far."""
+    state = load_state()
+    print(f"netlab: {state['hosts']} hosts, links {state['rate']}" + _host_line(state))
+    print(f"{'host':<6} {'cores':>6} {'memory MiB':>10} {'cpu s':>9} {'peak MiB':>9} {'oom kills':>9} "
+          f"{'throttled':>9} {'procs':>5}")
+    for k, g in enumerate(host_groups(state)):
+        if g is None:
+            print(f"gdl{k:<3} {'-':>6} {'-':>10} (no cgroups: the hosts share the box)")
+            continue
+        u = g.usage()
+        cpu = f"{u['cpu_s']:.2f}" if u["cpu_s"] is not None else "-"
+        peak = f"{u['peak_bytes'] / 2**20:.0f}" if u["peak_bytes"] is not None else "-"
+        cores = f"{g.cores:g}" if g.cores is not None else "-"
+        mem = f"{g.memory / 2**20:.0f}" if g.memory is not None else "-"
+        print(f"gdl{k:<3} {cores:>6} {mem:>10} {cpu:>9} {peak:>9} {u['oom_kills']:>9} {u['throttled']:>9} "
+              f"{len(g.pids()):>5}")
 
 
 def profile(out: str, port: int = 29400, name: str | None = None) -> int:
@@ -123,10 +252,9 @@ def profile(out: str, port: int = 29400, name: str | None = None) -> int:
     lab = json.loads(STATE.read_text()) if STATE.exists() else {}
     name = name or f"lab-{lab.get('hosts')}x{lab.get('rate')}"
     code = run([sys.executable, "-m", "gnn_dist", "profile-machine", "--link", "--out", out, "--name", name], port)
-    if code == 0:
+    if code == 0 and lab.get("rate") != "none":
         import dataclasses
 
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from partition.machine import load, save
 
         save(dataclasses.replace(load(out), link_burst_bytes=float(BURST_BYTES)), out)
@@ -136,29 +264,43 @@ def profile(out: str, port: int = 29400, name: str | None = None) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    u = sub.add_parser("up", help="create the namespaces, bridge and shaped links")
+    u = sub.add_parser("up", help="create the hosts: namespaces, bridge, shaped links (and cgroups)")
     u.add_argument("--hosts", type=int, required=True)
-    u.add_argument("--rate", default="1gbit", help="tc rate per link and direction (default 1gbit)")
+    u.add_argument("--rate", default="1gbit", help="tc rate per link and direction (default 1gbit; none: unshaped)")
     u.add_argument("--delay", default=None, help="one-way delay, e.g. 1ms (needs netem)")
-    r = sub.add_parser("run", help="run COMMAND as ranks 0..P-1, one per host namespace")
+    u.add_argument("--cores-per-host", type=float, default=None, metavar="C",
+                   help="a CPU quota of C cores per host (fractions allowed, e.g. 0.22); default: no quota, and "
+                        "the hosts share the box's cores")
+    u.add_argument("--memory-per-host", default=None, metavar="M",
+                   help="a memory limit per host, e.g. 2G; a host over it is killed and named")
+    u.add_argument("--cfs-period-us", type=int, default=None, metavar="US",
+                   help="the quota's CFS period (default: the shortest CFS allows, 1 ms of quota per period)")
+    r = sub.add_parser("run", help="run COMMAND as ranks 0..P-1, one per host")
     r.add_argument("--port", type=int, default=29400)
+    r.add_argument("--timeout", type=float, default=None, help="kill every rank after this many seconds (exit 124)")
     r.add_argument("command", nargs=argparse.REMAINDER)
+    sub.add_parser("status", help="each host's quota, memory limit, CPU time, peak memory and OOM kills so far")
     pr = sub.add_parser("profile", help="measure the lab's links (and cores) into a machine profile for the cost "
                                         "model: `gnn-dist profile-machine --link` run as one rank per host")
     pr.add_argument("--out", required=True, help="the JSON profile to write")
     sub.add_parser("down", help="remove everything `up` made")
     a = ap.parse_args()
     if os.geteuid() != 0:
-        raise SystemExit("netlab: needs root (network namespaces and tc)")
+        raise SystemExit("netlab: needs root (network namespaces, tc and cgroups)")
     if a.cmd == "up":
-        up(a.hosts, a.rate, a.delay)
+        memory = parse_bytes(a.memory_per_host) if a.memory_per_host is not None else None
+        up(a.hosts, a.rate, a.delay, a.cores_per_host, memory, a.cfs_period_us)
     elif a.cmd == "down":
         down()
+    elif a.cmd == "status":
+        status()
     elif a.cmd == "profile":
         sys.exit(profile(a.out))
     else:
         cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-        sys.exit(run(cmd, a.port))
+        if not cmd:
+            raise SystemExit("netlab: run needs a command: netlab.py run -- COMMAND ...")
+        sys.exit(run(cmd, a.port, a.timeout))
 
 
 if __name__ == "__main__":

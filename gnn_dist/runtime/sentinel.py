@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from gnn_dist.runtime import cgroups
+
 TICK_S = 0.1  # how often the sentinel looks for a published failure
 KILL_AFTER_S = 10.0  # a parent told to leave that is still alive this much later is killed
 LOST = 3  # exit code of a rank whose peer was lost
@@ -221,6 +223,7 @@ class _Watch:
         self.on_purpose = False  # the parent said it is leaving on purpose
         self.told_at: float | None = None  # when the parent was told to leave
         self.buf = b""
+        self.ooms = cgroups.oom_kills()  # the kernel's kills for memory in this group so far (a host's limit)
 
     def run(self) -> None:
         import torch.distributed as dist
@@ -321,7 +324,8 @@ class _Watch:
         if self.store is None:
             return
         if not self.on_purpose:  # it died without a word: say so, so that its peers leave now
-            self._publish(Failure(self.spec.rank, LOST, "its process ended"))
+            why = "out of memory" if cgroups.oom_kills() > self.ooms else "its process ended"
+            self._publish(Failure(self.spec.rank, LOST, why))
         if self.spec.rank != 0:
             try:
                 self.store.add(self.key("left"), 1)
