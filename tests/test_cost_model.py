@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gnn_dist.data import load_dataset
+from gnn_dist.runtime.cgroups import threads_per_rank, usable_cpus
 from partition import assign_parts, build_parts
 from partition.cost_parts import NODE_BOUND, choose
 from partition.costmodel import Workload, layers, part_counts, plan_top_reads, predict
@@ -241,10 +242,15 @@ def test_every_rank_logs_compute_and_wait_and_info_sets_them_beside_the_predicti
                 "--out", str(part))
     assert r.returncode == 0, r.stderr
     log = tmp_path / "run.jsonl"
-    run_mpi(2, "train", "--partition", str(part), "--epochs", "3", "--log", str(log), "--progress", "none")
+    run = run_mpi(2, "train", "--partition", str(part), "--epochs", "3", "--log", str(log), "--progress", "none")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     pred = records[0]["prediction"]
     assert pred["machine"] == "default" and len(pred["rank_compute_s"]) == 2
+    # the threads each rank chose (its usable CPUs over the 2 ranks of this host), printed once and logged once
+    threads = threads_per_rank(usable_cpus(), 2)
+    assert records[0]["rank_threads"] == [threads, threads] and "rank_threads" not in records[1]
+    assert records[0]["rank_usable_cpus"] == [pytest.approx(usable_cpus(), abs=1e-4)] * 2
+    assert run.stderr.count(f"[gnn-dist] {threads} thread") == 1, run.stderr
     epochs = [x for x in records if "epoch_time" in x]
     assert len(epochs) == 3
     for x in epochs:
@@ -252,6 +258,12 @@ def test_every_rank_logs_compute_and_wait_and_info_sets_them_beside_the_predicti
         assert min(x["rank_compute_s"]) > 0 and min(x["rank_wait_s"]) >= 0
         # rank 0's own epoch is the logged one: its compute and wait add up to it
         assert x["rank_compute_s"][0] + x["rank_wait_s"][0] == pytest.approx(x["epoch_time"], abs=1e-5)
+        # halo bytes: rank 0's are its channels' own, and what all ranks sent all ranks received
+        train = [c for name, c in x["halo"].items() if not name.endswith("eval")]
+        assert x["rank_sent_bytes"][0] == sum(sum(c["bytes"]) for c in train) > 0
+        assert x["rank_recv_bytes"][0] == sum(c["recv_bytes"] for c in train)
+        assert sum(x["rank_sent_bytes"]) == sum(x["rank_recv_bytes"])
+        assert 0 < x["rank_overlap_s"][0] == pytest.approx(sum(c["overlap_s"] for c in train), abs=1e-5)
     info = run_cli("info", "--run", str(log))
     assert info.returncode == 0, info.stderr
     assert "pred compute" in info.stdout and "predicted" in info.stdout and "busiest rank" in info.stdout

@@ -229,7 +229,7 @@ class HaloExchange:
             flat = (source[index] if index is not None else source).contiguous()
             out = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
             work = transport.all_to_all(out, flat, out_splits, in_splits, group=self.group, async_op=True, mpi=mpi)
-            stats.add([r * width * flat.element_size() for r in in_splits], in_splits, transport.is_mpi(work))
+            stats.add([r * width * flat.element_size() for r in in_splits], in_splits, transport.is_mpi(work), out.nbytes)
             return Pending(work, lambda: out.view(out_rows, *tail), stats)
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
         send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=source.device)
@@ -245,7 +245,7 @@ class HaloExchange:
         recv_bytes = [codec.wire_bytes(r, width, n) for r, n in zip(out_splits, recv_names)]
         out = torch.empty(sum(recv_bytes), dtype=torch.uint8, device=source.device)
         work = transport.all_to_all(out, send_buf, recv_bytes, nbytes, group=self.group, async_op=True, mpi=mpi)
-        stats.add(nbytes, in_splits, transport.is_mpi(work))
+        stats.add(nbytes, in_splits, transport.is_mpi(work), out.nbytes)
 
         def finish() -> torch.Tensor:
             res = torch.empty(out_rows, width, dtype=dtype, device=source.device)

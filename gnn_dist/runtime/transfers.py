@@ -22,8 +22,11 @@ class ChannelStats:
     qvar: float | torch.Tensor = 0.0  # expected quantisation variance summed over elements sent (a device tensor)
     elements: int = 0
     mpi_calls: int = 0  # all-to-alls that travelled over MPI (gnn_dist.runtime.transport), the rest over torch's
+    recv_bytes: int = 0  # what came in, all peers together (bytes_per_peer is what went out)
+    overlap_s: float = 0.0  # seconds from each start to its wait: the rank's work while the rows travelled
 
-    def add(self, nbytes: list[int], rows: list[int], over_mpi: bool = False) -> None:
+    def add(self, nbytes: list[int], rows: list[int], over_mpi: bool = False, recv_bytes: int = 0) -> None:
+        self.recv_bytes += int(recv_bytes)
         if not self.bytes_per_peer:
             self.bytes_per_peer, self.rows_per_peer = [0] * len(nbytes), [0] * len(rows)
         for i, (b, r) in enumerate(zip(nbytes, rows)):
@@ -34,7 +37,8 @@ class ChannelStats:
 
     def reset(self) -> dict:
         out = {"bytes": self.bytes_per_peer, "rows": self.rows_per_peer, "wait_s": round(self.wait_s, 6),
-               "calls": self.calls, "mpi_calls": self.mpi_calls, "qvar": float(self.qvar) / max(self.elements, 1)}
+               "calls": self.calls, "mpi_calls": self.mpi_calls, "qvar": float(self.qvar) / max(self.elements, 1),
+               "recv_bytes": self.recv_bytes, "overlap_s": round(self.overlap_s, 6)}
         self.__init__()
         return out
 
@@ -51,6 +55,7 @@ class Pending:
     def __init__(self, work, finish, stats: ChannelStats, stream=None, accumulate=None):
         self.work, self.finish, self.stats, self.result, self.stream = work, finish, stats, None, stream
         self.accumulate = accumulate
+        self.started = time.perf_counter()  # what the rank does until `wait` overlaps the transfer (`overlap_s`)
 
     def wait(self) -> torch.Tensor:
         if self.result is None:
@@ -77,6 +82,7 @@ class Pending:
     def _transfer(self) -> None:
         if self.work is not None:
             t = time.perf_counter()
+            self.stats.overlap_s += t - self.started
             self.work.wait()
             self.work = None
             self.stats.wait_s += time.perf_counter() - t

@@ -1,0 +1,222 @@
+"""cgroup files (gnn_dist.runtime.cgroups): the CPUs a rank may use and the threads it takes, read from fake v1
+and v2 trees as a container, SLURM or the network lab lays them out; the lab's host groups written into them
+with every write checked; and, as root only, a real lab whose ranks and sentinels sit in their host's groups."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gnn_dist.errors import LaunchError
+from gnn_dist.runtime import cgroups
+from gnn_dist.runtime.cgroups import HostGroup, quota_period, threads_per_rank, usable_cpus
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fake_tree(tmp: Path, version: int, groups: dict[str, str], mount_root: str = "/") -> Path:
+    """A /proc (self/mountinfo, self/cgroup) over cgroup mounts under `tmp`; `groups`: controller -> path."""
+    proc = tmp / "proc"
+    (proc / "self").mkdir(parents=True)
+    if version == 2:
+        point = tmp / "unified"
+        point.mkdir()
+        (point / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        info = [f"41 23 0:38 {mount_root} {point} rw,relatime - cgroup2 cgroup2 rw"]
+        lines = [f"0::{groups['']}"]
+    else:
+        info, lines = [], []
+        for i, name in enumerate(["cpu", "cpuacct", "memory"]):
+            point = tmp / name
+            point.mkdir()
+            info.append(f"{32 + i} 31 0:{29 + i} {mount_root} {point} rw,relatime - cgroup cgroup rw,{name}")
+            lines.append(f"{i + 1}:{name}:{groups[name]}")
+    info.insert(0, "25 1 0:23 / /proc rw,nosuid - proc proc rw")
+    (proc / "self" / "mountinfo").write_text("\n".join(info) + "\n")
+    (proc / "self" / "cgroup").write_text("\n".join(lines + ["9:name=systemd:/"]) + "\n")
+    return proc
+
+
+def put(d: Path, **files: str) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (d / name.replace("__", ".")).write_text(text + "\n")
+
+
+def test_v1_quota_is_the_tightest_of_the_group_and_its_parents(tmp_path):
+    proc = fake_tree(tmp_path, 1, {"cpu": "/slurm/job7/step0", "cpuacct": "/", "memory": "/slurm/job7"})
+    put(tmp_path / "cpu", cpu__cfs_quota_us="-1", cpu__cfs_period_us="100000")
+    put(tmp_path / "cpu" / "slurm" / "job7", cpu__cfs_quota_us="150000", cpu__cfs_period_us="100000")  # 1.5 cores
+    put(tmp_path / "cpu" / "slurm" / "job7" / "step0", cpu__cfs_quota_us="-1", cpu__cfs_period_us="100000")
+    assert cgroups.cpu_quota(str(proc)) == 1.5
+    assert usable_cpus(str(proc), affinity=8) == 1.5 and usable_cpus(str(proc), affinity=1) == 1.0
+    put(tmp_path / "cpu" / "slurm" / "job7" / "step0", cpu__cfs_quota_us="45000", cpu__cfs_period_us="100000")
+    assert usable_cpus(str(proc), affinity=2) == pytest.approx(0.45)
+    put(tmp_path / "memory" / "slurm" / "job7", memory__oom_control="oom_kill_disable 0\nunder_oom 0\noom_kill 3")
+    assert cgroups.oom_kills(str(proc)) == 3
+
+
+def test_v2_quota_inside_a_container_whose_group_is_the_mounts_root(tmp_path):
+    """A container without a cgroup namespace mounts its own group at /sys/fs/cgroup: mountinfo's root field
+    names it, and /proc/self/cgroup's path starts with it."""
+    proc = fake_tree(tmp_path, 2, {"": "/kubepods/pod1/ctr"}, mount_root="/kubepods/pod1/ctr")
+    put(tmp_path / "unified", cpu__max="90000 100000", memory__events="low 0\nhigh 0\nmax 4\noom 2\noom_kill 1")
+    assert cgroups.cpu_quota(str(proc)) == pytest.approx(0.9)
+    assert usable_cpus(str(proc), affinity=4) == pytest.approx(0.9)
+    assert cgroups.oom_kills(str(proc)) == 1
+    put(tmp_path / "unified", cpu__max="max 100000")
+    assert cgroups.cpu_quota(str(proc)) is None and usable_cpus(str(proc), affinity=4) == 4.0
+
+
+def test_no_cgroups_mounted_leaves_the_affinity(tmp_path):
+    """`ip netns exec` mounts a fresh /sys, hiding /sys/fs/cgroup: the affinity is all a process can read."""
+    proc = tmp_path / "proc"
+    put(proc / "self", mountinfo="25 1 0:23 / /proc rw - proc proc rw", cgroup="0::/")
+    assert cgroups.cpu_quota(str(proc)) is None and usable_cpus(str(proc), affinity=3) == 3.0
+    assert cgroups.oom_kills(str(proc)) == 0
+    assert cgroups.cpu_quota(str(tmp_path / "nowhere")) is None
+
+
+@pytest.mark.parametrize("usable, ranks, threads", [(2.0, 1, 2), (2.0, 2, 1), (2.0, 4, 1), (0.45, 1, 1), (0.22, 1, 1),
+                                                    (16.0, 3, 5), (1.5, 1, 1), (8.0, 8, 1), (3.9999999999, 2, 2)])
+def test_threads_per_rank_is_the_floor_of_usable_cpus_over_ranks_and_at_least_one(usable, ranks, threads):
+    assert threads_per_rank(usable, ranks) == threads
+
+
+def test_quota_at_the_shortest_period_cfs_allows():
+    assert quota_period(0.22) == (1000, 4546)
+    assert quota_period(0.45) == (1000, 2223)
+    assert quota_period(1.0) == (1000, 1000) and quota_period(2.5) == (2500, 1000)
+    assert quota_period(0.5, 10000) == (5000, 10000)
+    for bad in (0.0, -1.0, 0.0009):
+        with pytest.raises(LaunchError, match="cores"):
+            quota_period(bad)
+    with pytest.raises(LaunchError, match="period"):
+        quota_period(0.5, 500)
+    with pytest.raises(LaunchError, match="floor"):
+        quota_period(0.05, 10000)
+
+
+def test_host_group_on_v1_writes_limits_joins_and_counts(tmp_path):
+    proc = fake_tree(tmp_path, 1, {"cpu": "/", "cpuacct": "/", "memory": "/box"})
+    host = HostGroup("gdl0", cores=0.22, memory=2 * 2**30).create("lab", str(proc))
+    cpu, memory = tmp_path / "cpu" / "lab" / "gdl0", tmp_path / "memory" / "box" / "lab" / "gdl0"
+    assert (cpu / "cpu.cfs_period_us").read_text() == "4546" and (cpu / "cpu.cfs_quota_us").read_text() == "1000"
+    assert (memory / "memory.limit_in_bytes").read_text() == str(2 * 2**30)
+    host.join(4242)
+    for d in (cpu, memory, tmp_path / "cpuacct" / "lab" / "gdl0"):
+        assert (d / "cgroup.procs").read_text() == "4242"
+    put(tmp_path / "cpuacct" / "lab" / "gdl0", cpuacct__usage="2500000000")
+    put(memory, memory__max_usage_in_bytes="1048576", memory__oom_control="oom_kill_disable 0\noom_kill 2")
+    put(cpu, cpu__stat="nr_periods 10\nnr_throttled 7\nthrottled_time 5")
+    assert host.usage() == {"cpu_s": 2.5, "peak_bytes": 1048576, "oom_kills": 2, "throttled": 7}
+    for f in list(cpu.iterdir()) + list(memory.iterdir()) + list((tmp_path / "cpuacct" / "lab" / "gdl0").iterdir()):
+        f.unlink()  # the kernel's files go with the group; a fake tree's must go first
+    host.remove()
+    assert not cpu.exists() and not memory.exists() and not (tmp_path / "cpu" / "lab").exists()
+
+
+def test_host_group_on_v2_enables_controllers_in_the_parents(tmp_path):
+    proc = fake_tree(tmp_path, 2, {"": "/lab-owner"})
+    put(tmp_path / "unified" / "lab-owner", cgroup__subtree_control="")
+    HostGroup("gdl1", cores=0.45, memory=512 * 2**20).create("lab", str(proc))
+    d = tmp_path / "unified" / "lab-owner" / "lab" / "gdl1"
+    assert (d / "cpu.max").read_text() == "1000 2223" and (d / "memory.max").read_text() == str(512 * 2**20)
+    for parent in (d.parent, d.parent.parent):  # a fake file keeps the last write; the kernel's lists them all
+        assert (parent / "cgroup.subtree_control").read_text() in ("+cpu", "+memory")
+
+
+def test_a_refused_or_ignored_write_is_one_line(tmp_path):
+    """CFS refuses a quota under 1 ms with EINVAL and keeps the old one: a write is checked by reading it back."""
+    proc = fake_tree(tmp_path, 1, {"cpu": "/", "cpuacct": "/", "memory": "/"})
+    cpu = tmp_path / "cpu" / "lab" / "gdl0"
+    cpu.mkdir(parents=True)
+    (cpu / "cpu.cfs_quota_us").symlink_to(os.devnull)  # takes the write, keeps nothing: as an ignored value
+    with pytest.raises(LaunchError, match=r"cpu.cfs_quota_us holds '' after writing '1000'"):
+        HostGroup("gdl0", cores=0.5).create("lab", str(proc))
+    (cpu / "cpu.cfs_quota_us").unlink()
+    (cpu / "cpu.cfs_quota_us").mkdir()  # a write that fails outright
+    with pytest.raises(LaunchError, match="cgroup refused '1000' for .*cpu.cfs_quota_us"):
+        HostGroup("gdl0", cores=0.5).create("lab", str(proc))
+
+
+def test_a_missing_controller_is_one_line(tmp_path):
+    proc = fake_tree(tmp_path, 2, {"": "/"})
+    (tmp_path / "unified" / "cgroup.controllers").write_text("cpuset io pids\n")  # this box's v2: no cpu, no memory
+    with pytest.raises(LaunchError, match="no mounted cgroup hierarchy has the cpu controller"):
+        HostGroup("gdl0", cores=0.5).create("lab", str(proc))
+
+
+def test_netlab_without_root_says_so(monkeypatch, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import netlab
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sys, "argv", ["netlab.py", "up", "--hosts", "2", "--cores-per-host", "0.5"])
+    with pytest.raises(SystemExit, match="needs root"):
+        netlab.main()
+    assert netlab.parse_bytes("2G") == 2 * 2**30 and netlab.parse_bytes("512m") == 512 * 2**20
+    with pytest.raises(SystemExit, match="--memory-per-host takes a size"):
+        netlab.parse_bytes("lots")
+
+
+def _lab_usable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    if not shutil.which("ip") or not shutil.which("nsenter"):
+        return "needs iproute2 and nsenter"
+    if Path("/run/gnn-dist-netlab.json").exists():
+        return "a network lab is up on this box"
+    return None
+
+
+PROBE = """
+import json, os, sys
+from pathlib import Path
+import gnn_dist as gd
+from gnn_dist.runtime import cgroups
+ctx = gd.init()
+groups = lambda pid: sorted(l.split(":", 2)[2] for l in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                            if l.split(":")[1] in ("cpu", "memory"))
+Path(sys.argv[1], f"r{ctx.rank}.json").write_text(json.dumps({"rank": groups(os.getpid()),
+    "sentinel": groups(ctx.sentinel.pid), "threads": ctx.threads, "usable": ctx.usable_cpus}))
+ctx.close()
+"""
+
+
+@pytest.mark.slow
+def test_lab_ranks_and_their_sentinels_live_in_their_hosts_groups(tmp_path):
+    why = _lab_usable()
+    if why:
+        pytest.skip(why)
+    lab = [sys.executable, str(ROOT / "scripts" / "netlab.py")]
+    up = subprocess.run(lab + ["up", "--hosts", "2", "--rate", "none", "--cores-per-host", "0.5",
+                               "--memory-per-host", "1G"], capture_output=True, text=True)
+    if up.returncode != 0:
+        pytest.skip(f"cannot make a lab here: {up.stderr.strip()}")
+    try:
+        state = json.loads(Path("/run/gnn-dist-netlab.json").read_text())
+        (tmp_path / "probe.py").write_text(PROBE)
+        r = subprocess.run(lab + ["run", "--timeout", "120", "--", sys.executable, str(tmp_path / "probe.py"),
+                                  str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        assert "1 thread per rank: 0.5 usable CPUs (cgroup quota" in r.stderr
+        for k in range(2):
+            got = json.loads((tmp_path / f"r{k}.json").read_text())
+            dirs = {c: Path(d) for c, (d, _) in state["groups"][k]["dirs"].items()}
+            assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "1000"
+            assert (dirs["cpu"] / "cpu.cfs_period_us").read_text().strip() == "2000"
+            assert int((dirs["memory"] / "memory.limit_in_bytes").read_text()) == 2**30
+            assert got["rank"] == got["sentinel"] and all(p.endswith(f"/gnn-dist-lab/gdl{k}") for p in got["rank"])
+            assert got["threads"] == 1 and got["usable"] == pytest.approx(0.5)
+        status = subprocess.run(lab + ["status"], capture_output=True, text=True)
+        assert status.returncode == 0 and "gdl1" in status.stdout, status.stderr
+    finally:
+        down = subprocess.run(lab + ["down"], capture_output=True, text=True)
+    assert down.returncode == 0 and not Path("/run/gnn-dist-netlab.json").exists()
+    assert not any((Path(d).exists() for g in state["groups"] for d, _ in g["dirs"].values()))
