@@ -190,7 +190,7 @@ def main() -> None:
 
     from gnn_dist.cli import main as cli
 
-    rate_bps = {"k": 1e3, "m": 1e6, "g": 1e9}[a.rate.lower().rstrip("bit")[-1]] * float(a.rate.lower().rstrip("bit")[:-1]) / 8
+    rate_bps = netlab.rate_bytes_per_s(a.rate)
     settings = {k: v for k, v in SETTINGS.items() if not a.only or k in a.only.split(",")}
     methods = {"metis": []}
     if a.partition_method:

@@ -18,8 +18,9 @@ namespace: the box's files, /sys/fs/cgroup included, stay in view).
 
 With --cores-per-host or --memory-per-host every host is a machine of its
 own too: a cgroup per host (gnn_dist.runtime.cgroups; v1 or v2) holds a CPU
-quota of C cores at the shortest CFS period that allows it (--cfs-period-us
-sets another) and a memory limit of M bytes, and every process `run` starts
+quota of C cores every 10 ms (a longer period where a 1 ms quota needs it;
+one under the scheduler tick loses quota; --cfs-period-us sets another) and
+a memory limit of M bytes, and every process `run` starts
 for that host (the rank, its sentinel, anything they start) lives in it.
 Ranks are then told they are alone on their host (LOCAL_WORLD_SIZE=1), so
 each sizes its threads by its own quota. A host the kernel kills for memory
@@ -85,6 +86,17 @@ def parse_bytes(text: str) -> int:
     return int(float(m.group(1)) * 1024 ** "bkmgt".index(m.group(2) or "b"))
 
 
+def rate_bytes_per_s(rate: str) -> float:
+    """A tc rate ('1gbit', '200mbit', '125mbps': tc's units, powers of 1000) in bytes per second; 'none': inf."""
+    if rate == "none":
+        return float("inf")
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)([kmgt]?)(bit|bps)", rate.strip().lower())
+    if not m:
+        raise SystemExit(f"netlab: a rate is a tc rate such as 1gbit or 200mbit (or none), got {rate!r}")
+    value = float(m.group(1)) * 1000 ** "_kmgt".index(m.group(2) or "_")
+    return value / 8 if m.group(3) == "bit" else value
+
+
 def save_state(state: dict) -> None:
     tmp = STATE.with_suffix(".tmp")
     tmp.write_text(json.dumps(state))
@@ -105,15 +117,16 @@ def host_groups(state: dict) -> list[HostGroup | None]:
 
 
 def up(hosts: int, rate: str, delay: str | None, cores: float | None = None, memory: int | None = None,
-       period_us: int | None = None) -> None:
+       period_us: int | None = None, keep_awake: bool = False) -> None:
     if STATE.exists():
         raise SystemExit(f"netlab: a lab is already up ({STATE}); run `down` first")
     if hosts < 1:
         raise SystemExit(f"netlab: --hosts must be >= 1, got {hosts}")
     if rate == "none" and delay:
         raise SystemExit("netlab: --delay shapes the links, and --rate none leaves them unshaped")
+    rate_bytes_per_s(rate)  # a rate tc would refuse is one line before anything is made
     made = {"hosts": hosts, "rate": rate, "delay": delay, "namespaces": [], "cores": cores, "memory": memory,
-            "period_us": period_us, "groups": None}
+            "period_us": period_us, "groups": None, "spinners": []}
     try:
         if cores is not None or memory is not None:
             made["groups"] = []
@@ -143,6 +156,8 @@ def up(hosts: int, rate: str, delay: str | None, cores: float | None = None, mem
         if isinstance(e, LaunchError):
             raise SystemExit(f"netlab: {e}") from None
         raise
+    if keep_awake:
+        made["spinners"] = spin()
     if made["groups"] is not None:
         made["groups"] = [{"name": g.name, "cores": g.cores, "memory": g.memory,
                            "dirs": {c: [str(d), v] for c, (d, v) in g.dirs.items()}} for g in made["groups"]]
@@ -159,6 +174,37 @@ def _host_line(state: dict) -> str:
     if state.get("memory") is not None:
         parts.append(f"{state['memory'] / 2**30:.3g} GiB each")
     return "; " + ", ".join(parts) if parts else "; hosts share the box's cores and memory"
+
+
+SPINNER = ["sh", "-c", "while :; do :; done"]
+
+
+def spin(cpus=None) -> list[int]:
+    """One spinner per CPU of this box, at SCHED_IDLE (it runs only when nothing else would): a vCPU with
+    nothing to run halts, and a KVM guest's halted vCPU comes back slower (its host lent the core to others,
+    caches gone cold). A host at 0.25 core, idle three quarters of each period, ran 1.27x slower without
+    them (docs/benchmarks.md, "A cluster in a box"); with them its slices run as on a core that never idles.
+    Returns their pids (`unspin` stops them)."""
+    def idle(cpu: int):
+        def become() -> None:
+            os.sched_setaffinity(0, {cpu})
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return become
+
+    return [subprocess.Popen(SPINNER, preexec_fn=idle(cpu), stdin=subprocess.DEVNULL).pid
+            for cpu in sorted(cpus if cpus is not None else os.sched_getaffinity(0))]
+
+
+def unspin(pids: list[int]) -> None:
+    """Stop the spinners `spin` started (a pid that is no longer one of them is left alone)."""
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:3] != [a.encode() for a in SPINNER]:
+                continue
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass
 
 
 def _remove(namespaces: list[str], groups: list) -> None:
@@ -180,6 +226,7 @@ def _remove(namespaces: list[str], groups: list) -> None:
 def down() -> None:
     if STATE.exists():
         state = json.loads(STATE.read_text())
+        unspin(state.get("spinners") or [])
         _remove(state["namespaces"], [g for g in host_groups(state) if g is not None])
         STATE.unlink()
     else:  # best effort after a crash
@@ -273,8 +320,12 @@ def main() -> None:
                         "the hosts share the box's cores")
     u.add_argument("--memory-per-host", default=None, metavar="M",
                    help="a memory limit per host, e.g. 2G; a host over it is killed and named")
+    u.add_argument("--keep-awake", action="store_true",
+                   help="a SCHED_IDLE spinner on every CPU, so no vCPU halts while hosts wait out their quota "
+                        "(a KVM guest's halted vCPU comes back slower)")
     u.add_argument("--cfs-period-us", type=int, default=None, metavar="US",
-                   help="the quota's CFS period (default: the shortest CFS allows, 1 ms of quota per period)")
+                   help="the quota's CFS period (default 10 ms, or longer where a 1 ms quota needs it; a period "
+                        "under the scheduler tick runs a host below its quota)")
     r = sub.add_parser("run", help="run COMMAND as ranks 0..P-1, one per host")
     r.add_argument("--port", type=int, default=29400)
     r.add_argument("--timeout", type=float, default=None, help="kill every rank after this many seconds (exit 124)")
@@ -289,7 +340,7 @@ def main() -> None:
         raise SystemExit("netlab: needs root (network namespaces, tc and cgroups)")
     if a.cmd == "up":
         memory = parse_bytes(a.memory_per_host) if a.memory_per_host is not None else None
-        up(a.hosts, a.rate, a.delay, a.cores_per_host, memory, a.cfs_period_us)
+        up(a.hosts, a.rate, a.delay, a.cores_per_host, memory, a.cfs_period_us, a.keep_awake)
     elif a.cmd == "down":
         down()
     elif a.cmd == "status":

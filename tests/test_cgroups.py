@@ -88,11 +88,13 @@ def test_threads_per_rank_is_the_floor_of_usable_cpus_over_ranks_and_at_least_on
     assert threads_per_rank(usable, ranks) == threads
 
 
-def test_quota_at_the_shortest_period_cfs_allows():
-    assert quota_period(0.22) == (1000, 4546)
-    assert quota_period(0.45) == (1000, 2223)
-    assert quota_period(1.0) == (1000, 1000) and quota_period(2.5) == (2500, 1000)
-    assert quota_period(0.5, 10000) == (5000, 10000)
+def test_quota_at_the_shortest_period_cfs_serves_faithfully():
+    """10 ms, not the 1 ms quota CFS allows: a period under the scheduler tick loses the refills a running task
+    could use (at 1 ms per 1 ms a rank ran at half a core); a smaller share takes a longer period."""
+    assert quota_period(0.22) == (2200, 10000) and quota_period(0.45) == (4500, 10000)
+    assert quota_period(1.0) == (10000, 10000) and quota_period(2.5) == (25000, 10000)
+    assert quota_period(0.05) == (1000, 20000)
+    assert quota_period(0.5, 2000) == (1000, 2000) and quota_period(0.22, 4546) == (1000, 4546)  # asked for
     for bad in (0.0, -1.0, 0.0009):
         with pytest.raises(LaunchError, match="cores"):
             quota_period(bad)
@@ -106,7 +108,7 @@ def test_host_group_on_v1_writes_limits_joins_and_counts(tmp_path):
     proc = fake_tree(tmp_path, 1, {"cpu": "/", "cpuacct": "/", "memory": "/box"})
     host = HostGroup("gdl0", cores=0.22, memory=2 * 2**30).create("lab", str(proc))
     cpu, memory = tmp_path / "cpu" / "lab" / "gdl0", tmp_path / "memory" / "box" / "lab" / "gdl0"
-    assert (cpu / "cpu.cfs_period_us").read_text() == "4546" and (cpu / "cpu.cfs_quota_us").read_text() == "1000"
+    assert (cpu / "cpu.cfs_period_us").read_text() == "10000" and (cpu / "cpu.cfs_quota_us").read_text() == "2200"
     assert (memory / "memory.limit_in_bytes").read_text() == str(2 * 2**30)
     host.join(4242)
     for d in (cpu, memory, tmp_path / "cpuacct" / "lab" / "gdl0"):
@@ -126,7 +128,7 @@ def test_host_group_on_v2_enables_controllers_in_the_parents(tmp_path):
     put(tmp_path / "unified" / "lab-owner", cgroup__subtree_control="")
     HostGroup("gdl1", cores=0.45, memory=512 * 2**20).create("lab", str(proc))
     d = tmp_path / "unified" / "lab-owner" / "lab" / "gdl1"
-    assert (d / "cpu.max").read_text() == "1000 2223" and (d / "memory.max").read_text() == str(512 * 2**20)
+    assert (d / "cpu.max").read_text() == "4500 10000" and (d / "memory.max").read_text() == str(512 * 2**20)
     for parent in (d.parent, d.parent.parent):  # a fake file keeps the last write; the kernel's lists them all
         assert (parent / "cgroup.subtree_control").read_text() in ("+cpu", "+memory")
 
@@ -137,11 +139,11 @@ def test_a_refused_or_ignored_write_is_one_line(tmp_path):
     cpu = tmp_path / "cpu" / "lab" / "gdl0"
     cpu.mkdir(parents=True)
     (cpu / "cpu.cfs_quota_us").symlink_to(os.devnull)  # takes the write, keeps nothing: as an ignored value
-    with pytest.raises(LaunchError, match=r"cpu.cfs_quota_us holds '' after writing '1000'"):
+    with pytest.raises(LaunchError, match=r"cpu.cfs_quota_us holds '' after writing '5000'"):
         HostGroup("gdl0", cores=0.5).create("lab", str(proc))
     (cpu / "cpu.cfs_quota_us").unlink()
     (cpu / "cpu.cfs_quota_us").mkdir()  # a write that fails outright
-    with pytest.raises(LaunchError, match="cgroup refused '1000' for .*cpu.cfs_quota_us"):
+    with pytest.raises(LaunchError, match="cgroup refused '5000' for .*cpu.cfs_quota_us"):
         HostGroup("gdl0", cores=0.5).create("lab", str(proc))
 
 
@@ -209,8 +211,8 @@ def test_lab_ranks_and_their_sentinels_live_in_their_hosts_groups(tmp_path):
         for k in range(2):
             got = json.loads((tmp_path / f"r{k}.json").read_text())
             dirs = {c: Path(d) for c, (d, _) in state["groups"][k]["dirs"].items()}
-            assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "1000"
-            assert (dirs["cpu"] / "cpu.cfs_period_us").read_text().strip() == "2000"
+            assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "5000"
+            assert (dirs["cpu"] / "cpu.cfs_period_us").read_text().strip() == "10000"
             assert int((dirs["memory"] / "memory.limit_in_bytes").read_text()) == 2**30
             assert got["rank"] == got["sentinel"] and all(p.endswith(f"/gnn-dist-lab/gdl{k}") for p in got["rank"])
             assert got["threads"] == 1 and got["usable"] == pytest.approx(0.5)

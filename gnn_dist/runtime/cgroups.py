@@ -27,6 +27,11 @@ from partition.errors import LaunchError
 PROC = "/proc"
 MIN_QUOTA_US = 1000  # CFS refuses a quota under 1 ms (EINVAL, the old quota kept)
 MAX_PERIOD_US = 1_000_000  # and a period over 1 s
+# CFS charges a running task's time at the scheduler tick (4 ms at HZ=250, 10 ms at HZ=100) and refills the
+# quota every period without carrying it over: with a period under the tick, the refills while a task runs
+# between two ticks are lost. At 1 ms of quota every 1 ms a rank ran at 0.53 of a core, at 2 ms every 2 ms a
+# busy loop at 0.5 (docs/benchmarks.md, "A cluster in a box"). So no default period is shorter than this.
+MIN_PERIOD_US = 10_000
 
 
 @dataclass(frozen=True)
@@ -162,14 +167,15 @@ def oom_kills(proc: str = PROC, pid: str = "self") -> int:
 
 # ------------------------------------------------------------------ emulated hosts (scripts/netlab.py)
 def quota_period(cores: float, period_us: int | None = None) -> tuple[int, int]:
-    """(quota, period) in microseconds for `cores`; by default at the shortest period CFS allows: a short
-    period spreads a slice over time the way a slower core would, where a long one runs a rank flat out
-    and then stops it for most of the period (its peers wait)."""
+    """(quota, period) in microseconds for `cores`; by default at the shortest period CFS serves
+    faithfully (`MIN_PERIOD_US`, longer where a 1 ms quota needs it): a short period spreads a slice over
+    time the way a slower core would, where a long one runs a rank flat out and then stops it for most of
+    the period (its peers wait)."""
     if not cores > 0:
         raise LaunchError(f"cores per host must be > 0, got {cores}")
     if period_us is not None and not MIN_QUOTA_US <= period_us <= MAX_PERIOD_US:
         raise LaunchError(f"a CFS period must be {MIN_QUOTA_US} to {MAX_PERIOD_US} us, got {period_us}")
-    period = period_us or min(MAX_PERIOD_US, max(MIN_QUOTA_US, math.ceil(MIN_QUOTA_US / cores)))
+    period = period_us or min(MAX_PERIOD_US, max(MIN_PERIOD_US, math.ceil(MIN_QUOTA_US / cores)))
     quota = round(cores * period)
     if quota < MIN_QUOTA_US:
         raise LaunchError(f"{cores} cores in a {period} us period is a quota under CFS's floor of {MIN_QUOTA_US} us")
