@@ -138,7 +138,8 @@ def lab_run(res: Results, key: dict, part: Path, work: Path, epochs: int, eval_e
     if any(codes):
         why = f"rank {lost[0]} lost (out of memory)" if lost else f"exit codes {codes}"
         raise SystemExit(f"bench_cluster: {key}: {why}")
-    row = res.add(dict(key, **measure(log, warmup, rate), wall_s=round(time.perf_counter() - t, 1)))
+    peaks = [g.usage()["peak_bytes"] for g in netlab.host_groups(netlab.load_state()) if g is not None]
+    row = res.add(dict(key, **measure(log, warmup, rate), wall_s=round(time.perf_counter() - t, 1), peak_bytes=peaks))
     print(f"[cluster] {key}: {row['epoch_s']:.3f} s/epoch (bound {row['bound_s']:.3f}), {row['wall_s']:.0f} s",
           file=sys.stderr)
     return row

@@ -28,6 +28,12 @@ def spread(rows: list[dict]) -> str:
     return f"{vals[0]:.2f}-{vals[-1]:.2f}" if len(vals) > 1 else "-"
 
 
+def peak_mib(rows: list[dict]) -> str:
+    """The hosts' peak memory, least and most (page cache included), over the runs of a row."""
+    peaks = [x for r in rows for x in r.get("peak_bytes") or [] if x]
+    return f"{min(peaks) / 2**20:.0f}-{max(peaks) / 2**20:.0f}" if peaks else "-"
+
+
 def fmt(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -80,7 +86,7 @@ def sweep_table(rows: list[dict], refs: list[dict], times: list[dict]) -> dict:
               f"{fmt(target, 4)} (exact's after {ref['epochs'] if ref else '?'} epochs, less 0.3 points), exact reaches "
               f"it in {ref_epochs} epochs")
         print("| hosts | link | setting | epoch s | range | speedup | efficiency | bound s | x bound | predicted s | "
-              "epochs to target | time to target s | x one host |\n" + "|---" * 13 + "|")
+              "epochs to target | time to target s | x one host | peak MiB per host |\n" + "|---" * 14 + "|")
         for (p, rate, setting), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "none", kv[0][1],
                                                                            list(("exact", "adaptive", "auto")).index(kv[0][2]))):
             e = med(rs, "epoch_s")
@@ -94,7 +100,7 @@ def sweep_table(rows: list[dict], refs: list[dict], times: list[dict]) -> dict:
                   f"{fmt(speed / p if speed else None, 2)} | {fmt(med(rs, 'bound_s'))} | "
                   f"{fmt(e / med(rs, 'bound_s'), 2)} | {fmt(med(rs, 'predicted_s'))} | "
                   f"{epochs if epochs else 'not reached' if run or setting == 'exact' else '-'} | {fmt(t, 1)} | "
-                  f"{fmt(t / base_tta if t and base_tta else None, 2)} |")
+                  f"{fmt(t / base_tta if t and base_tta else None, 2)} | {peak_mib(rs)} |")
     if times:
         print(f"\nsweep time: {sum(r['seconds'] for r in times) / 3600:.2f} h over "
               f"{', '.join(dict.fromkeys(g for r in times for g in r['graphs']))}")
