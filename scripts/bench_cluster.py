@@ -199,7 +199,7 @@ def sweep(a, res: Results, lab: Lab) -> None:
                                "rep": rep}
                         if not res.done(**key):
                             lab.use(p, rate, a.cores)
-                        lab_run(res, dict(key, tta=tta), part, a.work, a.tta_epochs if tta else a.epochs,
+                        lab_run(res, dict(key, tta=tta), part, a.work, a.tta_run_epochs if tta else a.epochs,
                                 1 if tta else 0, SETTINGS[s], rate)
     lab.close()
     res.add({"kind": "sweep-time", "graphs": a.graphs, "seconds": round(time.perf_counter() - t0)})
@@ -219,23 +219,34 @@ def reference(a, res: Results, spec: str) -> dict:
 
 # ------------------------------------------------------------------------------------------ capacity
 def capacity(a, res: Results, lab: Lab) -> None:
-    """Per P: double the SBM from --start nodes per host until a host runs out of memory, then bisect to within 10%."""
+    """Per P: grow the SBM from --start nodes per host until a host runs out of memory, then bisect to within 10%."""
     for p in a.hosts:
         ok, bad, n = 0, None, a.start * p
         while True:
-            if trial(a, res, lab, p, n)["ok"]:
+            row = trial(a, res, lab, p, n)
+            if row["ok"]:
                 ok = n
             else:
                 bad = n
-            if bad is None:
-                n *= 2
-                continue
-            nxt = (ok + bad) // 2 // 1000 * 1000 if ok else bad // 2 // 1000 * 1000
-            if (ok and (bad - ok) / ok <= 0.10) or nxt in (ok, bad) or nxt < 1000:
+            n = next_size(ok, bad, row, a.memory)
+            if n is None:
                 break
-            n = nxt
         print(f"[cluster] capacity P={p}: {ok} nodes train, {bad} do not", file=sys.stderr)
     lab.close()
+
+
+def next_size(ok: int, bad: int | None, last: dict, memory: int) -> int | None:
+    """The next trial's nodes, or None when [ok, bad] is within 10%. Until a trial fails: double, but no further
+    than where the last success's peak, scaled linearly to the limit, says memory runs out (at least +10%): each
+    trial costs a partition, minutes at millions of nodes, and memory grows about linearly with nodes. Then bisect."""
+    if bad is None:
+        peak = max((x or 0 for x in last.get("peak_bytes") or []), default=0)
+        guess = int(ok * 0.98 * memory / peak) if peak else 2 * ok
+        return max(ok * 11 // 10, min(2 * ok, guess)) // 1000 * 1000
+    if ok and (bad - ok) / ok <= 0.10:
+        return None
+    nxt = (ok + bad) // 2 // 1000 * 1000 if ok else bad // 2 // 1000 * 1000
+    return None if nxt in (ok, bad) or nxt < 1000 else nxt
 
 
 def trial(a, res: Results, lab: Lab, p: int, n: int) -> dict:
@@ -283,8 +294,10 @@ def parser() -> argparse.ArgumentParser:
                    help="link rates; adaptive and auto run at the last only")
     s.add_argument("--repeat", type=int, default=3)
     s.add_argument("--epochs", type=int, default=5, help="epochs of a timing run (the first is warm-up)")
-    s.add_argument("--tta-epochs", type=int, default=20, help="epochs of a time-to-accuracy run (N of the target)")
-    c = sub.add_parser("capacity", help="the largest SBM each P trains within --memory per host")
+    s.add_argument("--tta-epochs", type=int, default=20, help="epochs of exact's reference run (N of the target)")
+    s.add_argument("--tta-run-epochs", type=int, default=8,
+                   help="epochs of a setting's time-to-accuracy run: enough to reach the target, not to define it")
+    c = sub.add_parser("capacity", help="the largest SBM each P trains within --memory per host, no CPU quota")
     c.add_argument("--hosts", type=ints, default=[1, 2, 4, 8])
     c.add_argument("--memory", default="2G")
     c.add_argument("--start", type=int, default=250000, help="nodes per host of the first trial")

@@ -95,11 +95,12 @@ def sweep_table(rows: list[dict], refs: list[dict], times: list[dict]) -> dict:
             epochs = ref_epochs if setting == "exact" else (
                 tta.time_to_target(run["records"], target).epochs if run and target is not None else None)
             t = epochs * e if epochs else None
+            reach = epochs or (f"> {len(run['records'])}" if run else "-")  # "> N": not within the run's N epochs
             curves.setdefault(graph, {}).setdefault((setting, rate if p > 1 else None), {})[p] = speed
             print(f"| {p} | {rate if p > 1 else '-'} | {setting} | {fmt(e)} | {spread(rs)} | {fmt(speed, 2)} | "
                   f"{fmt(speed / p if speed else None, 2)} | {fmt(med(rs, 'bound_s'))} | "
                   f"{fmt(e / med(rs, 'bound_s'), 2)} | {fmt(med(rs, 'predicted_s'))} | "
-                  f"{epochs if epochs else 'not reached' if run or setting == 'exact' else '-'} | {fmt(t, 1)} | "
+                  f"{reach} | {fmt(t, 1)} | "
                   f"{fmt(t / base_tta if t and base_tta else None, 2)} | {peak_mib(rs)} |")
     if times:
         print(f"\nsweep time: {sum(r['seconds'] for r in times) / 3600:.2f} h over "

@@ -38,27 +38,47 @@ def test_the_bound_is_the_busiest_rank_with_the_wire_its_overlap_did_not_hide(tm
     assert bench_cluster.measure(log, warmup=1, rate="none")["bound_s"] == 2.8  # unshaped links: compute alone
 
 
-def test_capacity_doubles_then_bisects_to_within_ten_percent(monkeypatch, tmp_path):
+def run_capacity(monkeypatch, limit_nodes, per_node_bytes=None, hosts=(1, 2), start=250_000) -> list:
+    """The search against a fake trial: a host trains while its graph is under `limit_nodes` per host, and
+    (if given) reports a peak of `per_node_bytes` per node per host, as the lab's memory groups would."""
     tried = []
 
     def trial(a, res, lab, p, n):
         tried.append((p, n))
-        return {"ok": n <= 1_234_567 * p}
+        ok = n <= limit_nodes * p
+        return {"ok": ok, "peak_bytes": [n / p * per_node_bytes if ok and per_node_bytes else None] * p}
 
     monkeypatch.setattr(bench_cluster, "trial", trial)
-    bench_cluster.capacity(SimpleNamespace(hosts=[1, 2], start=250_000), None, SimpleNamespace(close=lambda: None))
+    bench_cluster.capacity(SimpleNamespace(hosts=list(hosts), start=start, memory=2 << 30), None,
+                           SimpleNamespace(close=lambda: None))
+    return tried
+
+
+def bracket(tried, p, limit) -> tuple[int, int]:
+    mine = [n for q, n in tried if q == p]
+    assert all(n % 1000 == 0 for n in mine) and len(mine) < 12
+    return max(n for n in mine if n <= limit * p), min(n for n in mine if n > limit * p)
+
+
+def test_capacity_doubles_then_bisects_to_within_ten_percent(monkeypatch):
+    tried = run_capacity(monkeypatch, 1_234_567)  # no peaks known: plain doubling
     for p in (1, 2):
-        mine = [n for q, n in tried if q == p]
-        assert mine[:4] == [250_000 * p * 2**k for k in range(4)]  # doubling until the first failure
-        ok = max(n for n in mine if n <= 1_234_567 * p)
-        bad = min(n for n in mine if n > 1_234_567 * p)
-        assert (bad - ok) / ok <= 0.10 and all(n % 1000 == 0 for n in mine) and len(mine) < 12
+        assert [n for q, n in tried if q == p][:4] == [250_000 * p * 2**k for k in range(4)]
+        ok, bad = bracket(tried, p, 1_234_567)
+        assert (bad - ok) / ok <= 0.10
+
+
+def test_capacity_steps_no_further_than_the_measured_peak_says(monkeypatch):
+    # 5,000 bytes a node: 2 GiB holds 429k nodes a host, 420k train. Doubling alone would try 250k, 500k, 375k,
+    # 437k, 406k, 421k; the peak of 250k says 0.98 * 429k, and the step after a success is at least 10%
+    tried = run_capacity(monkeypatch, 420_000, per_node_bytes=5000)
+    assert [n for q, n in tried if q == 1] == [250_000, 420_000, 462_000]
+    ok, bad = bracket(tried, 2, 420_000)  # 841k (the guess) just fails at 2 hosts: then it bisects
+    assert (bad - ok) / ok <= 0.10 and len([n for q, n in tried if q == 2]) <= 5
 
 
 def test_capacity_when_even_the_first_trial_fails(monkeypatch):
-    tried = []
-    monkeypatch.setattr(bench_cluster, "trial", lambda a, res, lab, p, n: tried.append(n) or {"ok": n <= 60_000})
-    bench_cluster.capacity(SimpleNamespace(hosts=[1], start=250_000), None, SimpleNamespace(close=lambda: None))
+    tried = [n for _, n in run_capacity(monkeypatch, 60_000, hosts=(1,))]
     assert tried[:3] == [250_000, 125_000, 62_000] and max(n for n in tried if n <= 60_000) >= 54_000
 
 
