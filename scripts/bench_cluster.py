@@ -54,7 +54,12 @@ class Results:
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+        self.rows = []
+        for i, line in enumerate(path.read_text().splitlines() if path.exists() else [], 1):
+            try:
+                self.rows.append(json.loads(line)) if line.strip() else None
+            except json.JSONDecodeError:  # a line cut off by a crash: that run is measured again
+                print(f"[cluster] {path}:{i}: not a JSON line, skipped", file=sys.stderr)
 
     def done(self, **key) -> dict | None:
         return next((r for r in self.rows if all(r.get(k) == v for k, v in key.items())), None)
@@ -134,6 +139,9 @@ def lab_run(res: Results, key: dict, part: Path, work: Path, epochs: int, eval_e
         return row
     log = work / "run.jsonl"
     t = time.perf_counter()
+    for g in netlab.host_groups(netlab.load_state()):  # the lab stays up across runs: each row its own peak
+        if g is not None:
+            g.reset_peak()
     codes, lost = netlab.launch(train_args(part, log, epochs, eval_every, extra), timeout=4 * 3600)
     if any(codes):
         why = f"rank {lost[0]} lost (out of memory)" if lost else f"exit codes {codes}"
@@ -146,7 +154,7 @@ def lab_run(res: Results, key: dict, part: Path, work: Path, epochs: int, eval_e
 
 
 # ------------------------------------------------------------------------------------------ fidelity
-def fidelity(a, res: Results, lab: Lab) -> None:
+def fidelity(a: argparse.Namespace, res: Results, lab: Lab) -> None:
     """Each config between two runs pinned to one CPU (this box's speed drifts by tens of percent over minutes:
     a config is judged against its neighbours, not against a median taken at other times)."""
     part = partition(a.dataset, 1, a.work)
@@ -183,7 +191,8 @@ def fidelity(a, res: Results, lab: Lab) -> None:
 
 
 # ------------------------------------------------------------------------------------------ sweep
-def sweep(a, res: Results, lab: Lab) -> None:
+def sweep(a: argparse.Namespace, res: Results, lab: Lab) -> None:
+    """Per graph and repeat: P hosts at C cores for each P, exact at every rate, adaptive and auto at the last."""
     t0 = time.perf_counter()
     for graph in a.graphs:  # the repeats outside P: this box's drift over minutes falls on every row alike
         spec = GRAPHS.get(graph, graph)
@@ -202,23 +211,23 @@ def sweep(a, res: Results, lab: Lab) -> None:
                         lab_run(res, dict(key, tta=tta), part, a.work, a.tta_run_epochs if tta else a.epochs,
                                 1 if tta else 0, SETTINGS[s], rate)
     lab.close()
-    res.add({"kind": "sweep-time", "graphs": a.graphs, "seconds": round(time.perf_counter() - t0)})
     print(f"[cluster] sweep done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
-def reference(a, res: Results, spec: str) -> dict:
+def reference(a: argparse.Namespace, res: Results, spec: str) -> dict:
     """Exact training's epochs to the target at P=1, outside the lab: exact results do not depend on P or cores."""
     key = {"kind": "reference", "graph": spec, "epochs": a.tta_epochs}
     if (row := res.done(**key)) is not None:
         return row
     part = partition(spec, 1, a.work)
     log = a.work / "run.jsonl"
-    subprocess.run(train_args(part, log, a.tta_epochs, 1, []), cwd=ROOT, check=True)
+    if subprocess.run(train_args(part, log, a.tta_epochs, 1, []), cwd=ROOT).returncode != 0:
+        raise SystemExit(f"bench_cluster: exact's reference run on {spec} failed (its last line is above)")
     return res.add(dict(key, **measure(log, 1, "none")))
 
 
 # ------------------------------------------------------------------------------------------ capacity
-def capacity(a, res: Results, lab: Lab) -> None:
+def capacity(a: argparse.Namespace, res: Results, lab: Lab) -> None:
     """Per P: grow the SBM from --start nodes per host until a host runs out of memory, then bisect to within 10%."""
     for p in a.hosts:
         ok, bad, n = 0, None, a.start * p
@@ -242,14 +251,14 @@ def next_size(ok: int, bad: int | None, last: dict, memory: int) -> int | None:
     if bad is None:
         peak = max((x or 0 for x in last.get("peak_bytes") or []), default=0)
         guess = int(ok * 0.98 * memory / peak) if peak else 2 * ok
-        return max(ok * 11 // 10, min(2 * ok, guess)) // 1000 * 1000
+        return max(ok + 1000, max(ok * 11 // 10, min(2 * ok, guess)) // 1000 * 1000)
     if ok and (bad - ok) / ok <= 0.10:
         return None
     nxt = (ok + bad) // 2 // 1000 * 1000 if ok else bad // 2 // 1000 * 1000
     return None if nxt in (ok, bad) or nxt < 1000 else nxt
 
 
-def trial(a, res: Results, lab: Lab, p: int, n: int) -> dict:
+def trial(a: argparse.Namespace, res: Results, lab: Lab, p: int, n: int) -> dict:
     """Partition an SBM of `n` nodes outside the hosts; train 3 epochs on P hosts of --memory each."""
     key = {"kind": "capacity", "P": p, "nodes": n, "memory": a.memory}
     if (row := res.done(**key)) is not None:
@@ -307,6 +316,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
+    """Parse, check for root, and run one command with the box's CPUs kept awake (unless --no-keep-awake)."""
     a = parser().parse_args()
     if a.cmd == "table":
         import cluster_report

@@ -67,7 +67,7 @@ def fidelity_table(rows: list[dict]) -> None:
                   f"{fmt(med(rs, 'delivered'), 3)} |")
 
 
-def sweep_table(rows: list[dict], refs: list[dict], times: list[dict]) -> dict:
+def sweep_table(rows: list[dict], refs: list[dict]) -> dict:
     """One markdown table per graph; returns {graph: {(setting, rate): {P: speedup}}} for the plot."""
     curves: dict = {}
     for graph in dict.fromkeys(r["graph"] for r in rows):
@@ -102,9 +102,8 @@ def sweep_table(rows: list[dict], refs: list[dict], times: list[dict]) -> dict:
                   f"{fmt(e / med(rs, 'bound_s'), 2)} | {fmt(med(rs, 'predicted_s'))} | "
                   f"{reach} | {fmt(t, 1)} | "
                   f"{fmt(t / base_tta if t and base_tta else None, 2)} | {peak_mib(rs)} |")
-    if times:
-        print(f"\nsweep time: {sum(r['seconds'] for r in times) / 3600:.2f} h over "
-              f"{', '.join(dict.fromkeys(g for r in times for g in r['graphs']))}")
+        wall = sum(r.get("wall_s") or 0 for r in mine)
+        print(f"\nits runs took {wall / 3600:.2f} h ({len(mine)} runs; partitioning and the lab's set-up not counted)")
     return curves
 
 
@@ -126,7 +125,7 @@ def capacity_table(rows: list[dict]) -> dict:
     return best
 
 
-def plots(curves: dict, best: dict, out: Path) -> None:
+def plots(curves: dict, best: dict, out: Path, memory: int) -> None:
     from gnn_dist.cli.plots import _pyplot, _save
 
     plt = _pyplot()
@@ -155,7 +154,7 @@ def plots(curves: dict, best: dict, out: Path) -> None:
         ax.plot(ps, [best[p] / 1e6 for p in ps], marker="o", label="largest SBM that trains")
         ax.plot(ps, [best[ps[0]] * p / ps[0] / 1e6 for p in ps], "k--", lw=0.8, label="linear")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("emulated hosts (2 GiB each)")
+        ax.set_xlabel(f"emulated hosts ({memory / 2**30:g} GiB each)")
         ax.set_ylabel("nodes, millions")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -170,6 +169,6 @@ def report(rows: list[dict], png_dir: Path) -> None:
         raise SystemExit("bench_cluster: the results file holds no runs yet")
     if kinds["fidelity"]:
         fidelity_table(kinds["fidelity"])
-    curves = sweep_table(kinds["sweep"], kinds["reference"], kinds["sweep-time"]) if kinds["sweep"] else {}
+    curves = sweep_table(kinds["sweep"], kinds["reference"]) if kinds["sweep"] else {}
     best = capacity_table(kinds["capacity"]) if kinds["capacity"] else {}
-    plots(curves, best, png_dir)
+    plots(curves, best, png_dir, kinds["capacity"][0]["memory"] if kinds["capacity"] else 0)

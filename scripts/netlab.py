@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -45,14 +46,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gnn_dist.runtime.cgroups import HostGroup, quota_period  # noqa: E402
+from gnn_dist.runtime.cgroups import HostGroup, quota_period, usable_cpus  # noqa: E402
+from partition.cgroups import mounts  # noqa: E402
 from partition.errors import LaunchError  # noqa: E402
 
 STATE = Path("/run/gnn-dist-netlab.json")
 SUBNET = "10.77.0"
 SWITCH = "gdlsw"
 BRIDGE = "gdlbr"
-GROUPS = "gnn-dist-lab"  # the hosts' cgroups sit under <this process's group>/gnn-dist-lab/gdlK
+GROUPS = "gnn-dist-lab"  # the hosts' cgroups: gnn-dist-lab/gdlK at the top of each cgroup hierarchy
+MIN_MEMORY = 64 * 2**20  # under this no Python process with torch starts: a typo, not a host
 BURST_BYTES = 256 * 1024  # tbf's bucket ("256kb" to tc: kilobytes): what a link passes at line speed after a pause
 
 
@@ -81,20 +84,25 @@ def shape(namespace: str, dev: str, rate: str, delay: str | None) -> None:
 def parse_bytes(text: str) -> int:
     """'2G', '512M', '1.5g', '2147483648': bytes (powers of 1024)."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)i?b?\s*", str(text).lower())
-    if not m or float(m.group(1)) <= 0:
-        raise SystemExit(f"netlab: --memory-per-host takes a size such as 2G or 512M, got {text!r}")
-    return int(float(m.group(1)) * 1024 ** "bkmgt".index(m.group(2) or "b"))
+    size = float(m.group(1)) * 1024 ** "bkmgt".index(m.group(2) or "b") if m else 0.0
+    if not m or not math.isfinite(size):
+        raise SystemExit(f"netlab: --memory-per-host takes a size such as 2G or 512M, got {str(text)[:40]!r}")
+    if not MIN_MEMORY <= size < 2**62:
+        raise SystemExit(f"netlab: --memory-per-host must be 64M or more (and finite), got {str(text)[:40]!r}")
+    return int(size)
 
 
 def rate_bytes_per_s(rate: str) -> float:
-    """A tc rate ('1gbit', '200mbit', '125mbps': tc's units, powers of 1000) in bytes per second; 'none': inf."""
+    """A tc rate in bytes per second, read as tc(8) reads it: bit (or a bare number) and bps (bytes) with k, m,
+    g, t (powers of 1000) or ki, mi, gi, ti (powers of 1024): '1gbit', '200mbit', '125mbps', '100mibit';
+    'none': unshaped, inf."""
     if rate == "none":
         return float("inf")
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+)([kmgt]?)(bit|bps)", rate.strip().lower())
-    if not m:
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)(?:([kmgt])(i?))?(bit|bps)?", rate.strip().lower())
+    value = float(m.group(1)) * (1024 if m.group(3) else 1000) ** "_kmgt".index(m.group(2) or "_") if m else 0.0
+    if not m or not 0 < value < float("inf") or (m.group(2) and not m.group(4)):
         raise SystemExit(f"netlab: a rate is a tc rate such as 1gbit or 200mbit (or none), got {rate!r}")
-    value = float(m.group(1)) * 1000 ** "_kmgt".index(m.group(2) or "_")
-    return value / 8 if m.group(3) == "bit" else value
+    return value if m.group(4) == "bps" else value / 8
 
 
 def save_state(state: dict) -> None:
@@ -151,17 +159,21 @@ def up(hosts: int, rate: str, delay: str | None, cores: float | None = None, mem
             if rate != "none":
                 shape(host, h, rate, delay)  # host -> switch
                 shape(SWITCH, s, rate, delay)  # switch -> host
+        if keep_awake:
+            made["spinners"] = spin()
+        groups = made["groups"]
+        save_state(dict(made, groups=None if groups is None else [
+            {"name": g.name, "cores": g.cores, "memory": g.memory,
+             "dirs": {c: [str(d), v] for c, (d, v) in g.dirs.items()}} for g in groups]))
     except BaseException as e:
+        unspin(made["spinners"])
         _remove(made["namespaces"], made["groups"] or [])
         if isinstance(e, LaunchError):
             raise SystemExit(f"netlab: {e}") from None
         raise
-    if keep_awake:
-        made["spinners"] = spin()
-    if made["groups"] is not None:
-        made["groups"] = [{"name": g.name, "cores": g.cores, "memory": g.memory,
-                           "dirs": {c: [str(d), v] for c, (d, v) in g.dirs.items()}} for g in made["groups"]]
-    save_state(made)
+    if cores is not None and hosts * cores > usable_cpus() + 1e-9:
+        print(f"netlab: warning: {hosts} hosts at {cores:g} cores are {hosts * cores:g} cores, and this box has "
+              f"{usable_cpus():g}: the hosts will get less than their quota", file=sys.stderr)
     where = f" at {rate}" if rate != "none" else ", links unshaped"
     print(f"netlab: {hosts} hosts {SUBNET}.1-{hosts}{where}" + (f", delay {delay}" if delay else "") + _host_line(made))
 
@@ -207,30 +219,48 @@ def unspin(pids: list[int]) -> None:
             pass
 
 
-def _remove(namespaces: list[str], groups: list) -> None:
-    for g in groups:  # a process left in a host's groups keeps them from being removed
-        for pid in g.pids() if g.dirs else []:
+def empty(groups: list, grace_s: float = 5.0) -> None:
+    """Kill every process in the hosts' groups until none is left (one forking between a read of cgroup.procs
+    and the kill lands in the group too, so the kill repeats), or `grace_s` has passed."""
+    deadline = time.monotonic() + grace_s
+    while (pids := [p for g in groups if g is not None and g.dirs for p in g.pids()]) and time.monotonic() < deadline:
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-    deadline = time.monotonic() + 5.0
-    while any(g.dirs and g.pids() for g in groups) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for g in groups:
-        g.remove()
+
+
+def _remove(namespaces: list[str], groups: list) -> list[Path]:
+    """Remove the hosts' groups (emptied first) and namespaces; returns the groups that would not go."""
+    empty(groups)
+    left = [d for g in groups if g.dirs for d in g.remove()]
     for name in reversed(namespaces):  # deleting a namespace deletes its veth ends too
         sh("ip", "netns", "del", name, check=False)
+    return left
+
+
+def stale_groups() -> list[HostGroup]:
+    """Hosts' groups found at the top of every mounted hierarchy, for `down` after a crash lost the state."""
+    found: dict[str, HostGroup] = {}
+    for m in mounts():
+        for d in sorted((m.point / GROUPS).glob("gdl*")) if (m.point / GROUPS).is_dir() else []:
+            for c in (m.controllers & {"cpu", "cpuacct", "memory"}) or {"cpu"}:
+                found.setdefault(d.name, HostGroup(d.name)).dirs[c] = (d, m.version)
+    return list(found.values())
 
 
 def down() -> None:
     if STATE.exists():
         state = json.loads(STATE.read_text())
         unspin(state.get("spinners") or [])
-        _remove(state["namespaces"], [g for g in host_groups(state) if g is not None])
+        left = _remove(state["namespaces"], [g for g in host_groups(state) if g is not None])
         STATE.unlink()
     else:  # best effort after a crash
-        _remove([SWITCH] + [f"gdl{k}" for k in range(64)], [])
+        left = _remove([SWITCH] + [f"gdl{k}" for k in range(64)], stale_groups())
+    if left:
+        raise SystemExit(f"netlab: could not remove {', '.join(map(str, left))}: processes still inside")
     print("netlab: down")
 
 
@@ -255,7 +285,14 @@ def launch(cmd: list[str], port: int = 29400, timeout: float | None = None) -> t
                    TORCH_CPP_LOG_LEVEL=os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"))  # namespaces have no hostname entry
         join = (lambda g=groups[k]: g.join(os.getpid())) if groups[k] else None
         # nsenter, not `ip netns exec`, which mounts a fresh /sys and so hides the cgroups a rank reads its quota in
-        procs.append(subprocess.Popen(["nsenter", f"--net=/run/netns/gdl{k}", "--", *cmd], env=env, preexec_fn=join))
+        try:
+            procs.append(subprocess.Popen(["nsenter", f"--net=/run/netns/gdl{k}", "--", *cmd], env=env,
+                                          preexec_fn=join))
+        except (OSError, subprocess.SubprocessError) as e:  # a join the kernel refused, a command not found
+            for q in procs:
+                q.kill()
+            empty(groups)
+            raise SystemExit(f"netlab: cannot start rank {k} on host gdl{k}: {e}") from None
     deadline = None if timeout is None else time.monotonic() + timeout
     codes = []
     for p in procs:
@@ -266,6 +303,7 @@ def launch(cmd: list[str], port: int = 29400, timeout: float | None = None) -> t
                 q.kill()
             codes.append(124)
     codes = [128 - c if c < 0 else c for c in codes]  # killed by signal N: 128 + N, as a shell says
+    empty(groups)  # what a rank left in its host's groups (its sentinel, about to go) would share the next run's quota
     lost = [k for k, g in enumerate(groups) if g is not None and g.usage()["oom_kills"] > ooms[k]]
     for k in lost:
         limit = f": host gdl{k}'s limit is {groups[k].memory / 2**20:.0f} MiB" if groups[k].memory else ""

@@ -97,8 +97,7 @@ def test_report_prints_every_table_and_draws_the_plots(tmp_path, capsys):
         for rep in range(2):
             rows.append({"kind": "sweep", "graph": graph, "P": p, "rate": rate, "cores": 0.22, "setting": setting,
                          "rep": rep, "tta": rep == 0 and setting != "exact", "epoch_s": t + rep * 0.1, "bound_s": t * 0.9,
-                         "predicted_s": None, "records": recs})
-    rows.append({"kind": "sweep-time", "graphs": ["sbm"], "seconds": 7200})
+                         "predicted_s": None, "records": recs, "wall_s": 720})
     rows += [{"kind": "capacity", "P": p, "nodes": n, "memory": 2**31, "ok": ok, "lost": [] if ok else [0],
               "peak_bytes": [2**30] * p} for p, n, ok in ((1, 200_000, True), (1, 220_000, False), (2, 390_000, True))]
     cluster_report.report(rows, tmp_path)
@@ -107,7 +106,7 @@ def test_report_prints_every_table_and_draws_the_plots(tmp_path, capsys):
     # 2.31 x 0.45 / mean(0.9, 1.1) = 1.0395, against --threads 1's 2.2 x 0.45 / mean(1.1, 0.9) = 0.99
     assert "| C=0.45 auto | 1 | 2.310 | - | 1.04 | 1.05 |" in out
     assert "| 4 | 1gbit | auto | 2.050 | 2.00-2.10 | 3.93 | 0.98 |" in out  # speedup = 8.05 / 2.05
-    assert "exact reaches it in 3 epochs" in out and "sweep time: 2.00 h" in out
+    assert "exact reaches it in 3 epochs" in out and "its runs took 2.00 h (10 runs" in out
     assert "| 2 | 390,000 | - | 1.95 |" in out and "| 1 | 200,000 | 220,000 | 1.00 |" in out
     assert (tmp_path / "bench_cluster_speedup.png").stat().st_size > 0
     assert (tmp_path / "bench_cluster_capacity.png").stat().st_size > 0

@@ -88,6 +88,17 @@ def test_threads_per_rank_is_the_floor_of_usable_cpus_over_ranks_and_at_least_on
     assert threads_per_rank(usable, ranks) == threads
 
 
+def test_ranks_bound_to_cores_of_their_own_do_not_divide_them_again():
+    from gnn_dist.runtime.rendezvous import ranks_sharing
+
+    unbound = [[0, 1, 2, 3]] * 4
+    assert ranks_sharing([0, 1, 2, 3], unbound) == 4 and threads_per_rank(4.0, ranks_sharing([0, 1, 2, 3], unbound)) == 1
+    bound = [[0, 1], [2, 3], [4, 5], [6, 7]]  # srun --cpus-per-task 2: each rank its own two cores
+    assert ranks_sharing([2, 3], bound) == 1 and threads_per_rank(2.0, ranks_sharing([2, 3], bound)) == 2
+    assert ranks_sharing([0, 1], [[0, 1], [0, 1], [2, 3]]) == 2  # two bound to the same pair share it
+    assert ranks_sharing([], unbound) == 4 and ranks_sharing([5], [[]]) == 1  # affinity unknown: all share
+
+
 def test_quota_at_the_shortest_period_cfs_serves_faithfully():
     """10 ms, not the 1 ms quota CFS allows: a period under the scheduler tick loses the refills a running task
     could use (at 1 ms per 1 ms a rank ran at half a core); a smaller share takes a longer period."""
@@ -95,7 +106,7 @@ def test_quota_at_the_shortest_period_cfs_serves_faithfully():
     assert quota_period(1.0) == (10000, 10000) and quota_period(2.5) == (25000, 10000)
     assert quota_period(0.05) == (1000, 20000)
     assert quota_period(0.5, 2000) == (1000, 2000) and quota_period(0.22, 4546) == (1000, 4546)  # asked for
-    for bad in (0.0, -1.0, 0.0009):
+    for bad in (0.0, -1.0, 0.0009, float("inf"), float("nan")):
         with pytest.raises(LaunchError, match="cores"):
             quota_period(bad)
     with pytest.raises(LaunchError, match="period"):
@@ -105,32 +116,77 @@ def test_quota_at_the_shortest_period_cfs_serves_faithfully():
 
 
 def test_host_group_on_v1_writes_limits_joins_and_counts(tmp_path):
+    """The groups go at the top of each hierarchy, not under the group of the shell that made them (here /box)."""
     proc = fake_tree(tmp_path, 1, {"cpu": "/", "cpuacct": "/", "memory": "/box"})
     host = HostGroup("gdl0", cores=0.22, memory=2 * 2**30).create("lab", str(proc))
-    cpu, memory = tmp_path / "cpu" / "lab" / "gdl0", tmp_path / "memory" / "box" / "lab" / "gdl0"
+    cpu, memory = tmp_path / "cpu" / "lab" / "gdl0", tmp_path / "memory" / "lab" / "gdl0"
     assert (cpu / "cpu.cfs_period_us").read_text() == "10000" and (cpu / "cpu.cfs_quota_us").read_text() == "2200"
     assert (memory / "memory.limit_in_bytes").read_text() == str(2 * 2**30)
     host.join(4242)
     for d in (cpu, memory, tmp_path / "cpuacct" / "lab" / "gdl0"):
         assert (d / "cgroup.procs").read_text() == "4242"
+    assert host.pids() == [4242]
     put(tmp_path / "cpuacct" / "lab" / "gdl0", cpuacct__usage="2500000000")
     put(memory, memory__max_usage_in_bytes="1048576", memory__oom_control="oom_kill_disable 0\noom_kill 2")
     put(cpu, cpu__stat="nr_periods 10\nnr_throttled 7\nthrottled_time 5")
     assert host.usage() == {"cpu_s": 2.5, "peak_bytes": 1048576, "oom_kills": 2, "throttled": 7}
+    host.reset_peak()
+    assert host.usage()["peak_bytes"] == 0
+    assert host.remove() == [cpu, memory, tmp_path / "cpuacct" / "lab" / "gdl0"]  # files inside: as processes would
     for f in list(cpu.iterdir()) + list(memory.iterdir()) + list((tmp_path / "cpuacct" / "lab" / "gdl0").iterdir()):
         f.unlink()  # the kernel's files go with the group; a fake tree's must go first
-    host.remove()
+    assert host.remove() == []
     assert not cpu.exists() and not memory.exists() and not (tmp_path / "cpu" / "lab").exists()
 
 
-def test_host_group_on_v2_enables_controllers_in_the_parents(tmp_path):
+def test_a_join_the_kernel_did_not_take_is_one_line(tmp_path):
+    proc = fake_tree(tmp_path, 1, {"cpu": "/", "cpuacct": "/", "memory": "/"})
+    host = HostGroup("gdl0", cores=0.5).create("lab", str(proc))
+    (tmp_path / "memory" / "lab" / "gdl0" / "cgroup.procs").symlink_to(os.devnull)
+    with pytest.raises(LaunchError, match=r"cgroup.procs holds '' after writing '77'"):
+        host.join(77)
+
+
+def test_host_group_on_v2_enables_controllers_from_the_root(tmp_path):
+    """The shell's own group (/lab-owner) holds processes, so v2 would refuse it children with controllers:
+    the hosts go under the mount's root, which may."""
     proc = fake_tree(tmp_path, 2, {"": "/lab-owner"})
-    put(tmp_path / "unified" / "lab-owner", cgroup__subtree_control="")
-    HostGroup("gdl1", cores=0.45, memory=512 * 2**20).create("lab", str(proc))
-    d = tmp_path / "unified" / "lab-owner" / "lab" / "gdl1"
+    put(tmp_path / "unified" / "lab-owner", cgroup__subtree_control="", cgroup__procs="1234")
+    put(tmp_path / "unified", cgroup__subtree_control="")
+    written = []
+    real = cgroups._write
+    monkey = lambda path, value, expect=None: written.append((path.parent.name, value)) or real(path, value, expect)  # noqa: E731
+    cgroups._write, saved = monkey, cgroups._write
+    try:
+        HostGroup("gdl1", cores=0.45, memory=512 * 2**20).create("lab", str(proc))
+    finally:
+        cgroups._write = saved
+    d = tmp_path / "unified" / "lab" / "gdl1"
     assert (d / "cpu.max").read_text() == "4500 10000" and (d / "memory.max").read_text() == str(512 * 2**20)
-    for parent in (d.parent, d.parent.parent):  # a fake file keeps the last write; the kernel's lists them all
-        assert (parent / "cgroup.subtree_control").read_text() in ("+cpu", "+memory")
+    enabled = [(g, v) for g, v in written if v.startswith("+")]
+    assert enabled == [("unified", "+cpu"), ("lab", "+cpu"), ("unified", "+memory"), ("lab", "+memory")]
+    assert (tmp_path / "unified" / "lab-owner" / "cgroup.subtree_control").read_text() == "\n"  # left alone
+
+
+def test_garbled_cgroup_files_read_as_no_limit(tmp_path):
+    """What the kernel never writes must not stop a rank from starting: no quota, the affinity stands."""
+    for version, files in ((1, dict(cpu__cfs_quota_us="lots", cpu__cfs_period_us="100000")),
+                           (2, dict(cpu__max="50000 0")), (2, dict(cpu__max="\x00\x01")), (2, dict(cpu__max="1 2 3"))):
+        tmp = tmp_path / f"v{version}-{len(list(tmp_path.iterdir()))}"
+        proc = fake_tree(tmp, version, {"": "/g", "cpu": "/g", "cpuacct": "/g", "memory": "/g"})
+        put((tmp / ("unified" if version == 2 else "cpu")) / "g", **files)
+        assert cgroups.cpu_quota(str(proc)) is None and usable_cpus(str(proc), affinity=2) == 2.0
+
+
+def test_a_host_needs_only_the_controllers_its_limits_use(tmp_path):
+    proc = fake_tree(tmp_path, 1, {"cpu": "/", "cpuacct": "/", "memory": "/"})
+    for name in ("memory",):
+        (proc / "self" / "mountinfo").write_text("\n".join(
+            line for line in (proc / "self" / "mountinfo").read_text().splitlines() if not line.endswith(name)) + "\n")
+    host = HostGroup("gdl0", cores=0.5).create("lab", str(proc))
+    assert set(host.dirs) == {"cpu", "cpuacct"} and host.usage()["peak_bytes"] is None
+    with pytest.raises(LaunchError, match="no mounted cgroup hierarchy has the memory controller"):
+        HostGroup("gdl1", memory=2**30).create("lab", str(proc))
 
 
 def test_a_refused_or_ignored_write_is_one_line(tmp_path):
@@ -183,8 +239,8 @@ from pathlib import Path
 import gnn_dist as gd
 from gnn_dist.runtime import cgroups
 ctx = gd.init()
-groups = lambda pid: sorted(l.split(":", 2)[2] for l in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-                            if l.split(":")[1] in ("cpu", "memory"))
+groups = lambda pid: {c: l.split(":", 2)[2] for l in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                      for c in l.split(":")[1].split(",") if c in ("cpu", "memory", "")}
 Path(sys.argv[1], f"r{ctx.rank}.json").write_text(json.dumps({"rank": groups(os.getpid()),
     "sentinel": groups(ctx.sentinel.pid), "threads": ctx.threads, "usable": ctx.usable_cpus}))
 ctx.close()
@@ -210,11 +266,18 @@ def test_lab_ranks_and_their_sentinels_live_in_their_hosts_groups(tmp_path):
         assert "1 thread per rank: 0.5 usable CPUs (cgroup quota" in r.stderr
         for k in range(2):
             got = json.loads((tmp_path / f"r{k}.json").read_text())
-            dirs = {c: Path(d) for c, (d, _) in state["groups"][k]["dirs"].items()}
-            assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "5000"
-            assert (dirs["cpu"] / "cpu.cfs_period_us").read_text().strip() == "10000"
-            assert int((dirs["memory"] / "memory.limit_in_bytes").read_text()) == 2**30
-            assert got["rank"] == got["sentinel"] and all(p.endswith(f"/gnn-dist-lab/gdl{k}") for p in got["rank"])
+            dirs = {c: (Path(d), v) for c, (d, v) in state["groups"][k]["dirs"].items()}
+            (cpu, v), (memory, _) = dirs["cpu"], dirs["memory"]
+            if v == 2:
+                assert (cpu / "cpu.max").read_text().split() == ["5000", "10000"]
+                assert int((memory / "memory.max").read_text()) == 2**30
+                assert set(got["rank"]) == {""}
+            else:
+                assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "5000"
+                assert (cpu / "cpu.cfs_period_us").read_text().strip() == "10000"
+                assert int((memory / "memory.limit_in_bytes").read_text()) == 2**30
+                assert {"cpu", "memory"} <= set(got["rank"])
+            assert got["rank"] == got["sentinel"] and all(p == f"/gnn-dist-lab/gdl{k}" for p in got["rank"].values())
             assert got["threads"] == 1 and got["usable"] == pytest.approx(0.5)
         status = subprocess.run(lab + ["status"], capture_output=True, text=True)
         assert status.returncode == 0 and "gdl1" in status.stdout, status.stderr

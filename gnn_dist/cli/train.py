@@ -82,7 +82,7 @@ def add_launch_flags(p) -> None:
                    "process is silent this long is lost (default 60; a busy or stopped rank keeps beating)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="intra-op threads per rank (default: the CPUs a rank may use, its affinity or its cgroup's "
-                        "CPU quota where smaller, over the ranks on its host; at least 1)")
+                        "CPU quota where smaller, over the ranks that share those CPUs; at least 1)")
 
 
 def add_loop_flags(p) -> None:

@@ -8,12 +8,11 @@ it, as Go's runtime and the JVM read them. The lab (scripts/netlab.py) makes one
 emulated host: its own CPU quota and memory limit; a rank's sentinel asks `oom_kills` whether the
 kernel killed a process of its group for memory.
 
-Layouts. v1 mounts a hierarchy per controller (some together, as cpu,cpuacct): cpu.cfs_quota_us and
-cpu.cfs_period_us, cpuacct.usage, memory.limit_in_bytes, memory.max_usage_in_bytes, memory.oom_control.
-v2 mounts one tree: cpu.max, cpu.stat, memory.max, memory.peak, memory.events, a child's controllers
-enabled in its parent's cgroup.subtree_control. A process finds its groups in /proc/self/cgroup, read
-against /proc/self/mountinfo (a container sees its own group as the mount's root). Every function takes
-`proc`, the /proc to read, so tests run them on a fake tree.
+Which groups a process is in, and where they are mounted, is `partition.cgroups` (shared with the
+partitioner's memory check). The files read here: v1's cpu.cfs_quota_us, cpu.cfs_period_us,
+cpuacct.usage, memory.limit_in_bytes, memory.max_usage_in_bytes, memory.oom_control; v2's cpu.max,
+cpu.stat, memory.max, memory.peak, memory.events, a child's controllers enabled in its parent's
+cgroup.subtree_control.
 """
 from __future__ import annotations
 
@@ -22,9 +21,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from partition.errors import LaunchError
+from gnn_dist.errors import LaunchError
+from partition.cgroups import PROC, ancestors, counter, group_dir, number, read
 
-PROC = "/proc"
 MIN_QUOTA_US = 1000  # CFS refuses a quota under 1 ms (EINVAL, the old quota kept)
 MAX_PERIOD_US = 1_000_000  # and a period over 1 s
 # CFS charges a running task's time at the scheduler tick (4 ms at HZ=250, 10 ms at HZ=100) and refills the
@@ -34,84 +33,14 @@ MAX_PERIOD_US = 1_000_000  # and a period over 1 s
 MIN_PERIOD_US = 10_000
 
 
-@dataclass(frozen=True)
-class Mount:
-    point: Path  # where the hierarchy is mounted
-    root: str  # the group seen at that point (a container's own group: not "/")
-    version: int  # 1 or 2
-    controllers: frozenset
-
-
-def mounts(proc: str = PROC) -> list[Mount]:
-    """The cgroup hierarchies this process sees (its mountinfo), v1 and v2."""
-    out = []
-    try:
-        lines = Path(proc, "self", "mountinfo").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        f, r = left.split(), right.split()
-        if len(f) < 5 or len(r) < 3 or r[0] not in ("cgroup", "cgroup2"):
-            continue
-        point = Path(f[4].replace("\\040", " "))
-        if r[0] == "cgroup2":
-            try:
-                names = (point / "cgroup.controllers").read_text().split()
-            except OSError:
-                names = []
-            out.append(Mount(point, f[3], 2, frozenset(names)))
-        else:
-            out.append(Mount(point, f[3], 1, frozenset(r[2].split(",")) - {"rw", "ro"}))
-    return out
-
-
-def _memberships(proc: str, pid: str) -> dict[str, str]:
-    """/proc/PID/cgroup as {controller: group path}; v2's line under ''."""
-    out: dict[str, str] = {}
-    try:
-        lines = Path(proc, pid, "cgroup").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for name in (parts[1].split(",") if parts[1] else [""]):
-                out[name] = parts[2]
-    return out
-
-
-def group_dir(controller: str, proc: str = PROC, pid: str = "self") -> tuple[Path, Mount] | None:
-    """The directory of the group that holds process `pid` for `controller` (v1 first, else v2), and its
-    mount; None where no mounted hierarchy has that controller."""
-    groups = _memberships(proc, pid)
-    for m in sorted(mounts(proc), key=lambda m: m.version):
-        if controller not in m.controllers:
-            continue
-        path = groups.get(controller if m.version == 1 else "")
-        if path is None:
-            continue
-        rel = path[len(m.root):] if m.root != "/" and path.startswith(m.root) else path
-        return m.point / rel.lstrip("/"), m
-    return None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def _quota(d: Path, version: int) -> float | None:
     """One group's CPU quota in cores; None: unlimited (or unreadable)."""
     if version == 2:
-        text = (_read(d / "cpu.max") or "max").split()
-        return None if text[0] == "max" or len(text) < 2 else int(text[0]) / int(text[1])
-    quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
-    if quota is None or period is None or int(quota) < 0 or int(period) <= 0:
-        return None
-    return int(quota) / int(period)
+        words = (read(d / "cpu.max") or "max").split()
+        quota, period = (number(words[0]), number(words[1])) if len(words) == 2 else (None, None)
+    else:  # v1 writes "no quota" as -1, which number() reads as absent
+        quota, period = number(read(d / "cpu.cfs_quota_us")), number(read(d / "cpu.cfs_period_us"))
+    return quota / period if quota and period else None
 
 
 def cpu_quota(proc: str = PROC) -> float | None:
@@ -120,18 +49,12 @@ def cpu_quota(proc: str = PROC) -> float | None:
     if found is None:
         return None
     d, m = found
-    limits = []
-    while True:
-        q = _quota(d, m.version)
-        if q is not None:
-            limits.append(q)
-        if d == m.point or d.parent == d:
-            break
-        d = d.parent
+    limits = [q for g in ancestors(d, m) if (q := _quota(g, m.version)) is not None]
     return min(limits) if limits else None
 
 
 def affinity_cpus() -> int:
+    """The CPUs this process may be scheduled on (its affinity mask; all of them where that is not readable)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -147,22 +70,13 @@ def threads_per_rank(usable: float, ranks_on_host: int) -> int:
     return max(1, math.floor(usable / max(1, ranks_on_host) + 1e-9))
 
 
-def _counter(text: str | None, key: str) -> int:
-    """`key N` from a flat-keyed file (memory.oom_control, memory.events, cpu.stat); 0 where absent."""
-    for line in (text or "").splitlines():
-        name, _, value = line.partition(" ")
-        if name == key:
-            return int(value)
-    return 0
-
-
 def oom_kills(proc: str = PROC, pid: str = "self") -> int:
     """Processes the kernel has killed for memory in `pid`'s memory group (0 where none is readable)."""
     found = group_dir("memory", proc, pid)
     if found is None:
         return 0
     d, m = found
-    return _counter(_read(d / ("memory.events" if m.version == 2 else "memory.oom_control")), "oom_kill")
+    return counter(read(d / ("memory.events" if m.version == 2 else "memory.oom_control")), "oom_kill")
 
 
 # ------------------------------------------------------------------ emulated hosts (scripts/netlab.py)
@@ -171,8 +85,8 @@ def quota_period(cores: float, period_us: int | None = None) -> tuple[int, int]:
     faithfully (`MIN_PERIOD_US`, longer where a 1 ms quota needs it): a short period spreads a slice over
     time the way a slower core would, where a long one runs a rank flat out and then stops it for most of
     the period (its peers wait)."""
-    if not cores > 0:
-        raise LaunchError(f"cores per host must be > 0, got {cores}")
+    if not (cores > 0 and math.isfinite(cores)):
+        raise LaunchError(f"cores per host must be a number > 0, got {cores}")
     if period_us is not None and not MIN_QUOTA_US <= period_us <= MAX_PERIOD_US:
         raise LaunchError(f"a CFS period must be {MIN_QUOTA_US} to {MAX_PERIOD_US} us, got {period_us}")
     period = period_us or min(MAX_PERIOD_US, max(MIN_PERIOD_US, math.ceil(MIN_QUOTA_US / cores)))
@@ -188,14 +102,18 @@ def _write(path: Path, value: str, expect=None) -> None:
         path.write_text(value)
     except OSError as e:
         raise LaunchError(f"cgroup refused {value!r} for {path}: {e.strerror or e}") from None
-    got = _read(path)
+    got = read(path)
     if got is None or not (expect(got) if expect else got == value):
         raise LaunchError(f"cgroup {path} holds {got!r} after writing {value!r}")
 
 
 @dataclass
 class HostGroup:
-    """One emulated host's groups: a CPU quota (cores), a memory limit (bytes), CPU time counted."""
+    """One emulated host's groups: a CPU quota (cores), a memory limit (bytes), CPU time counted.
+
+    The groups sit at the top of each hierarchy (`parent`/`name` under the mount point), not under the group
+    of the shell that made them: the hosts are machines of their own, and v2 lets a group hand controllers to
+    children only where it holds no processes itself, which the mount's root is exempt from."""
 
     name: str
     cores: float | None = None
@@ -203,39 +121,42 @@ class HostGroup:
     dirs: dict = field(default_factory=dict)  # controller -> (directory, cgroup version)
 
     def create(self, parent: str, proc: str = PROC, period_us: int | None = None) -> "HostGroup":
-        """Make the groups under this process's own, `parent`/`name` in each hierarchy, and set the limits."""
+        """Make the groups and set the limits. The controllers a limit needs must be mounted; the others
+        (cpu, cpuacct and memory, for CPU time and peak memory in `usage`) are used where they are."""
+        need = {"cpu": self.cores is not None, "memory": self.memory is not None}
         for c in ("cpu", "memory", "cpuacct"):
             found = group_dir(c, proc)
             if found is None:
-                if c == "cpuacct":  # v2 counts CPU time in the cpu group's cpu.stat; v1 without it: uncounted
-                    continue
-                need = "a CPU quota" if c == "cpu" else "a memory limit"
-                raise LaunchError(f"no mounted cgroup hierarchy has the {c} controller (needed for {need})")
-            own, m = found
-            d = own / parent / self.name
+                if need.get(c):
+                    what = "a CPU quota" if c == "cpu" else "a memory limit"
+                    raise LaunchError(f"no mounted cgroup hierarchy has the {c} controller (needed for {what})")
+                continue
+            _, m = found
+            d = m.point / parent / self.name
             if m.version == 2:  # a v2 group gets a controller only where its parent enables it for children
-                for p in (own, own / parent):
+                for p in (m.point, m.point / parent):
                     p.mkdir(exist_ok=True)
-                    if c not in (_read(p / "cgroup.subtree_control") or "").split():
-                        _write(p / "cgroup.subtree_control", f"+{c}", lambda got, c=c: c in got.replace("+", " ").split())
+                    if c != "cpuacct" and c not in (read(p / "cgroup.subtree_control") or "").split():
+                        _enable(p, c)
             d.mkdir(parents=True, exist_ok=True)
             self.dirs[c] = (d, m.version)
         self.limit(period_us)
         return self
 
     def limit(self, period_us: int | None = None) -> None:
-        d, v = self.dirs["cpu"]
+        """Write the quota and the memory limit, each read back (a refused or ignored value is one line)."""
         if self.cores is not None:
+            d, v = self.dirs["cpu"]
             quota, period = quota_period(self.cores, period_us)
             if v == 2:
                 _write(d / "cpu.max", f"{quota} {period}")
             else:
                 _write(d / "cpu.cfs_period_us", str(period))
                 _write(d / "cpu.cfs_quota_us", str(quota))
-        d, v = self.dirs["memory"]
         if self.memory is not None:
+            d, v = self.dirs["memory"]
             page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-            close = lambda got: abs(self.memory - int(got)) < page  # noqa: E731  (the kernel rounds to pages)
+            close = lambda got: got.isdigit() and abs(self.memory - int(got)) < page  # noqa: E731  (kernel rounds)
             if v == 2:
                 _write(d / "memory.max", str(self.memory), close)
                 if (d / "memory.swap.max").exists():  # a limited host that swapped would not be one out of memory
@@ -245,32 +166,61 @@ class HostGroup:
                 if (d / "memory.memsw.limit_in_bytes").exists():
                     _write(d / "memory.memsw.limit_in_bytes", str(self.memory), close)
 
+    def _unique_dirs(self) -> list[tuple[Path, int]]:
+        return list({str(d): (d, v) for d, v in self.dirs.values()}.values())  # cpu,cpuacct may share one
+
     def join(self, pid: int) -> None:
         """Move process `pid` (and so every process it starts later) into this host's groups."""
-        for d, _ in {str(d): (d, v) for d, v in self.dirs.values()}.values():
-            _write(d / "cgroup.procs", str(pid), lambda got: True)
+        for d, _ in self._unique_dirs():
+            _write(d / "cgroup.procs", str(pid), lambda got: str(pid) in got.split())
+
+    def reset_peak(self) -> None:
+        """Start the peak memory over (v1; v2's memory.peak takes a reset from kernel 6.12): a lab kept up
+        for several runs would otherwise report the largest since `up`."""
+        if "memory" in self.dirs:
+            d, v = self.dirs["memory"]
+            try:
+                (d / ("memory.peak" if v == 2 else "memory.max_usage_in_bytes")).write_text("0")
+            except OSError:
+                pass
 
     def usage(self) -> dict:
-        """CPU seconds, peak memory bytes, OOM kills and throttled periods so far."""
-        cd, cv = self.dirs.get("cpuacct", self.dirs["cpu"])
-        md, mv = self.dirs["memory"]
-        cpu_s = (_counter(_read(cd / "cpu.stat"), "usage_usec") / 1e6 if cv == 2
-                 else int(_read(cd / "cpuacct.usage") or 0) / 1e9 if "cpuacct" in self.dirs else None)
-        peak = _read(md / ("memory.peak" if mv == 2 else "memory.max_usage_in_bytes"))
-        d, v = self.dirs["cpu"]
-        return {"cpu_s": cpu_s, "peak_bytes": int(peak) if peak and peak.isdigit() else None,
-                "oom_kills": _counter(_read(md / ("memory.events" if mv == 2 else "memory.oom_control")), "oom_kill"),
-                "throttled": _counter(_read(d / "cpu.stat"), "nr_throttled")}
+        """CPU seconds, peak memory bytes, OOM kills and throttled periods so far (None: not counted)."""
+        cd, cv = self.dirs.get("cpuacct", self.dirs.get("cpu", (None, 0)))
+        md, mv = self.dirs.get("memory", (None, 0))
+        cpu_s = (None if cd is None else counter(read(cd / "cpu.stat"), "usage_usec") / 1e6 if cv == 2
+                 else (number(read(cd / "cpuacct.usage")) or 0) / 1e9 if "cpuacct" in self.dirs else None)
+        peak = number(read(md / ("memory.peak" if mv == 2 else "memory.max_usage_in_bytes"))) if md else None
+        events = read(md / ("memory.events" if mv == 2 else "memory.oom_control")) if md else None
+        cpu = self.dirs.get("cpu", (None, 0))[0]
+        return {"cpu_s": cpu_s, "peak_bytes": peak, "oom_kills": counter(events, "oom_kill"),
+                "throttled": counter(read(cpu / "cpu.stat"), "nr_throttled") if cpu else 0}
 
     def pids(self) -> list[int]:
-        text = _read(self.dirs["memory"][0] / "cgroup.procs") if "memory" in self.dirs else None
-        return [int(p) for p in (text or "").split()]
+        """Every process in any of this host's groups."""
+        return sorted({int(p) for d, _ in self._unique_dirs() for p in (read(d / "cgroup.procs") or "").split()
+                       if p.isdigit()})
 
-    def remove(self) -> None:
-        """Remove the groups (their processes must have ended); the empty parents left are removed too."""
-        for d, _ in self.dirs.values():
+    def remove(self) -> list[Path]:
+        """Remove the groups (their processes must have ended) and the parent left empty; returns those that
+        would not go (a process still inside)."""
+        left = []
+        for d, _ in self._unique_dirs():
             for p in (d, d.parent):
                 try:
                     p.rmdir()
-                except OSError:
+                except FileNotFoundError:
                     pass
+                except OSError:
+                    if p == d:
+                        left.append(d)
+        return left
+
+
+def _enable(group: Path, controller: str) -> None:
+    """+controller in a v2 group's cgroup.subtree_control, said in one line where the kernel refuses it."""
+    try:
+        _write(group / "cgroup.subtree_control", f"+{controller}", lambda got: controller in got.replace("+", " ").split())
+    except LaunchError as e:
+        raise LaunchError(f"{e} (cgroup v2 gives a group's children a controller only where the group holds no "
+                          "processes: make the lab from the hierarchy's root)") from None

@@ -274,8 +274,10 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     beaten for this long is lost (a rank that is merely busy or stopped keeps beating).
 
     `threads`: this rank's intra-op threads; default the CPUs this process may use (its affinity, or its
-    cgroup's CPU quota where smaller: containers, SLURM, the network lab's hosts) over the ranks on its host
-    (LOCAL_WORLD_SIZE under torchrun), at least one. Rank 0 prints the number once.
+    cgroup's CPU quota where smaller: containers, SLURM, the network lab's hosts) over the ranks that share
+    them (under mpiexec the host's ranks whose affinity overlaps this one's: a launcher that binds ranks to
+    cores of their own has divided the host already; under torchrun LOCAL_WORLD_SIZE), at least one. Rank 0
+    prints the number once.
 
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`). An exception or
     `sys.exit(n)` on one rank is printed there in one line, and every rank leaves with its code.
@@ -292,11 +294,11 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     if expected_world is not None and rv.size != expected_world:
         raise LaunchError(f"launched with {rv.size} ranks but the partition has {expected_world} parts "
                           f"(run mpiexec -n {expected_world})")
-    usable = cgroups.usable_cpus()
-    chosen = threads if threads is not None else cgroups.threads_per_rank(usable, rv.local_size)
+    usable, sharing = cgroups.usable_cpus(), rv.sharing or rv.local_size
+    chosen = threads if threads is not None else cgroups.threads_per_rank(usable, sharing)
     torch.set_num_threads(chosen)
     if rv.rank == 0:
-        _say_threads(chosen, usable, rv.local_size, threads is not None)
+        _say_threads(chosen, usable, sharing, threads is not None)
     keep_freed_memory()
     gpus = torch.cuda.device_count() if backend != "gloo" and torch.cuda.is_available() else 0
     agree = placement.mpi_all if not torchrun else bool
@@ -325,11 +327,11 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     return ctx
 
 
-def _say_threads(chosen: int, usable: float, local_size: int, given: bool) -> None:
+def _say_threads(chosen: int, usable: float, sharing: int, given: bool) -> None:
     """One line on rank 0: the threads per rank and where the number comes from."""
     affinity = cgroups.affinity_cpus()
     where = f"{usable:.3g} usable CPUs" + (f" (cgroup quota; {affinity} in its affinity)" if usable < affinity else "")
-    why = " (--threads)" if given else f": {where} over {local_size} rank{'s' * (local_size != 1)} on its host"
+    why = " (--threads)" if given else f": {where} over {sharing} rank{'s' * (sharing != 1)} sharing them"
     sys.stderr.write(f"[gnn-dist] {chosen} thread{'s' * (chosen != 1)} per rank{why}\n")
 
 
@@ -344,6 +346,6 @@ def _process_groups(rv: Rendezvous, backend: str, timeout: datetime.timedelta, t
     # MPI waits poll: with more ranks than cores on a host they would take cores from ranks that compute
     # (Cora at P=4 on 2 cores: 29.9 ms an epoch over MPI, 28.1 over gloo; at P=2, 10.8 against 16.3)
     if halo_group is not None and not torchrun and backend == "gloo" and transport != "gloo" and \
-            rv.local_size <= halo_transport.host_cores():
+            (rv.sharing or rv.local_size) <= halo_transport.host_cores():
         halo_transport.use_mpi(halo_group)
     return halo_group

@@ -33,6 +33,15 @@ class Rendezvous:
     addr: str  # the store's address (rank 0's), as every rank dials it
     port: int
     listener: socket.socket | None = None  # rank 0 under mpiexec: bound and listening, handed to the store
+    sharing: int = 0  # ranks on this host whose CPU affinity overlaps this one's, itself included (0: unknown)
+
+
+def ranks_sharing(mine: list[int], host: list[list[int]]) -> int:
+    """How many of a host's ranks (their affinity CPU lists, `host`) may run on a CPU this rank may (`mine`).
+    A launcher that binds each rank to cores of its own (srun --cpus-per-task, mpiexec --bind-to) has
+    already divided the host: its ranks' threads must not divide it again; unbound ranks share it all."""
+    own = set(mine)
+    return sum(1 for cpus in host if not own or not cpus or own & set(cpus)) or 1
 
 
 def interfaces() -> dict[str, str]:
@@ -93,6 +102,8 @@ def mpi_rendezvous(master_addr: str | None, iface: str | None) -> Rendezvous:
     rank, size = comm.Get_rank(), comm.Get_size()
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     local_rank, local_size = local.Get_rank(), local.Get_size()
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    sharing = ranks_sharing(mine, local.allgather(mine))
     local.Free()
     ifaces = interfaces()
     all_ifaces = comm.allgather(sorted(ifaces.items()))
@@ -119,7 +130,7 @@ def mpi_rendezvous(master_addr: str | None, iface: str | None) -> Rendezvous:
     master_addr, port, error = comm.bcast(payload, root=0)
     if error is not None:
         raise LaunchError(error)
-    return Rendezvous(rank, size, local_rank, local_size, master_addr, port, listener)
+    return Rendezvous(rank, size, local_rank, local_size, master_addr, port, listener, sharing)
 
 
 def mpi_store(rv: Rendezvous, timeout: datetime.timedelta) -> dist.TCPStore:
