@@ -86,14 +86,15 @@ def read(path: Path) -> str | None:
 
 
 def number(text: str | None) -> int | None:
-    """A file's single non-negative integer; None for anything else ("max", garbage, nothing)."""
-    return int(text) if text is not None and text.isdigit() else None
+    """A file's single non-negative integer (ASCII digits, as the kernel writes: at most 20, 2^64's);
+    None for anything else ("max", garbage, nothing)."""
+    return int(text) if text is not None and len(text) <= 20 and text.isascii() and text.isdigit() else None
 
 
 def counter(text: str | None, key: str) -> int:
     """`key N` from a flat-keyed file (memory.events, memory.stat, cpu.stat, memory.oom_control); 0 where absent."""
     for line in (text or "").splitlines():
         words = line.split()
-        if len(words) >= 2 and words[0] == key and words[1].isdigit():
-            return int(words[1])
+        if len(words) >= 2 and words[0] == key and (n := number(words[1])) is not None:
+            return n
     return 0

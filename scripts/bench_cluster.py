@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import keepawake  # noqa: E402
 import netlab  # noqa: E402
 
 GNN = [sys.executable, "-m", "gnn_dist"]
@@ -53,19 +54,23 @@ class Results:
 
     def __init__(self, path: Path):
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.rows = []
         for i, line in enumerate(path.read_text().splitlines() if path.exists() else [], 1):
             try:
-                self.rows.append(json.loads(line)) if line.strip() else None
+                row = json.loads(line) if line.strip() else None
             except json.JSONDecodeError:  # a line cut off by a crash: that run is measured again
-                print(f"[cluster] {path}:{i}: not a JSON line, skipped", file=sys.stderr)
+                row = False
+            if isinstance(row, dict) and "kind" in row:
+                self.rows.append(row)
+            elif row is not None:
+                print(f"[cluster] {path}:{i}: not a result row, skipped", file=sys.stderr)
 
     def done(self, **key) -> dict | None:
         return next((r for r in self.rows if all(r.get(k) == v for k, v in key.items())), None)
 
     def add(self, row: dict) -> dict:
         self.rows.append(row)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:  # one line per run: a run cut short leaves at most its own line out
             f.write(json.dumps(row) + "\n")
         return row
@@ -330,12 +335,12 @@ def main() -> None:
         a.memory = netlab.parse_bytes(a.memory)
     a.work.mkdir(parents=True, exist_ok=True)
     res, lab = Results(a.results), Lab()
-    spinners = netlab.spin() if a.keep_awake else []  # every run, pinned ones included, on vCPUs that never halt
+    spinners = keepawake.spin() if a.keep_awake else []  # every run, pinned ones included, on vCPUs that never halt
     try:
         {"fidelity": fidelity, "sweep": sweep, "capacity": capacity}[a.cmd](a, res, lab)
     finally:
         lab.close()
-        netlab.unspin(spinners)
+        keepawake.unspin(spinners)
 
 
 if __name__ == "__main__":

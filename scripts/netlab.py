@@ -46,6 +46,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from keepawake import spin, unspin  # noqa: E402
+
 from gnn_dist.runtime.cgroups import HostGroup, quota_period, usable_cpus  # noqa: E402
 from partition.cgroups import mounts  # noqa: E402
 from partition.errors import LaunchError  # noqa: E402
@@ -55,6 +57,7 @@ SUBNET = "10.77.0"
 SWITCH = "gdlsw"
 BRIDGE = "gdlbr"
 GROUPS = "gnn-dist-lab"  # the hosts' cgroups: gnn-dist-lab/gdlK at the top of each cgroup hierarchy
+MAX_HOSTS = 64  # addresses 10.77.0.1-64; `down` after a crash looks for as many
 MIN_MEMORY = 64 * 2**20  # under this no Python process with torch starts: a typo, not a host
 BURST_BYTES = 256 * 1024  # tbf's bucket ("256kb" to tc: kilobytes): what a link passes at line speed after a pause
 
@@ -128,11 +131,20 @@ def up(hosts: int, rate: str, delay: str | None, cores: float | None = None, mem
        period_us: int | None = None, keep_awake: bool = False) -> None:
     if STATE.exists():
         raise SystemExit(f"netlab: a lab is already up ({STATE}); run `down` first")
-    if hosts < 1:
-        raise SystemExit(f"netlab: --hosts must be >= 1, got {hosts}")
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise SystemExit(f"netlab: --hosts must be 1 to {MAX_HOSTS}, got {hosts}")
     if rate == "none" and delay:
         raise SystemExit("netlab: --delay shapes the links, and --rate none leaves them unshaped")
-    rate_bytes_per_s(rate)  # a rate tc would refuse is one line before anything is made
+    if period_us is not None and cores is None:
+        raise SystemExit("netlab: --cfs-period-us is the period of --cores-per-host's quota, which is not set")
+    rate_bytes_per_s(rate)  # every value is checked before anything is made
+    try:
+        if cores is not None:
+            quota_period(cores, period_us)
+    except LaunchError as e:
+        raise SystemExit(f"netlab: {e}") from None
+    if stale := [str(d) for g in stale_groups() for d, _ in g.dirs.values()]:  # another lab's, or a crash's
+        raise SystemExit(f"netlab: a lab's cgroups exist ({stale[0]}); run `down` first")
     made = {"hosts": hosts, "rate": rate, "delay": delay, "namespaces": [], "cores": cores, "memory": memory,
             "period_us": period_us, "groups": None, "spinners": []}
     try:
@@ -188,37 +200,6 @@ def _host_line(state: dict) -> str:
     return "; " + ", ".join(parts) if parts else "; hosts share the box's cores and memory"
 
 
-SPINNER = ["sh", "-c", "while :; do :; done"]
-
-
-def spin(cpus=None) -> list[int]:
-    """One spinner per CPU of this box, at SCHED_IDLE (it runs only when nothing else would): a vCPU with
-    nothing to run halts, and a KVM guest's halted vCPU comes back slower (its host lent the core to others,
-    caches gone cold). A host at 0.25 core, idle three quarters of each period, ran 1.27x slower without
-    them (docs/benchmarks.md, "A cluster in a box"); with them its slices run as on a core that never idles.
-    Returns their pids (`unspin` stops them)."""
-    def idle(cpu: int):
-        def become() -> None:
-            os.sched_setaffinity(0, {cpu})
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return become
-
-    return [subprocess.Popen(SPINNER, preexec_fn=idle(cpu), stdin=subprocess.DEVNULL).pid
-            for cpu in sorted(cpus if cpus is not None else os.sched_getaffinity(0))]
-
-
-def unspin(pids: list[int]) -> None:
-    """Stop the spinners `spin` started (a pid that is no longer one of them is left alone)."""
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:3] != [a.encode() for a in SPINNER]:
-                continue
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (OSError, ChildProcessError):
-            pass
-
-
 def empty(groups: list, grace_s: float = 5.0) -> None:
     """Kill every process in the hosts' groups until none is left (one forking between a read of cgroup.procs
     and the kill lands in the group too, so the kill repeats), or `grace_s` has passed."""
@@ -258,7 +239,7 @@ def down() -> None:
         left = _remove(state["namespaces"], [g for g in host_groups(state) if g is not None])
         STATE.unlink()
     else:  # best effort after a crash
-        left = _remove([SWITCH] + [f"gdl{k}" for k in range(64)], stale_groups())
+        left = _remove([SWITCH] + [f"gdl{k}" for k in range(MAX_HOSTS)], stale_groups())
     if left:
         raise SystemExit(f"netlab: could not remove {', '.join(map(str, left))}: processes still inside")
     print("netlab: down")

@@ -99,6 +99,23 @@ def test_ranks_bound_to_cores_of_their_own_do_not_divide_them_again():
     assert ranks_sharing([], unbound) == 4 and ranks_sharing([5], [[]]) == 1  # affinity unknown: all share
 
 
+def test_ranks_bound_apart_still_share_their_groups_quota(tmp_path):
+    """Two ranks on CPUs 0-31 and 32-63 of a pod with a 4-core quota: 2 CPUs each, not 4 (8 threads spinning)."""
+    proc = fake_tree(tmp_path, 2, {"": "/pod"})
+    put(tmp_path / "unified" / "pod", cpu__max="400000 100000")
+    assert cgroups.rank_cpus(sharing=1, in_group=2, proc=str(proc), affinity=32) == 2.0
+    assert cgroups.rank_cpus(sharing=2, in_group=2, proc=str(proc), affinity=2) == 1.0  # the affinity is tighter
+    assert cgroups.rank_cpus(sharing=4, in_group=4, proc=str(tmp_path / "none"), affinity=8) == 2.0  # no quota
+
+
+def test_digits_the_kernel_never_writes_read_as_no_limit(tmp_path):
+    from partition.cgroups import counter, number
+
+    for text in ("\u00b2", "\u0665\u0660", "9" * 5000, "1e400", "-1", "", None):
+        assert number(text) is None
+    assert counter("oom_kill \u00b2\noom_kill 3", "oom_kill") == 3 and number("18446744073709551615") == 2**64 - 1
+
+
 def test_quota_at_the_shortest_period_cfs_serves_faithfully():
     """10 ms, not the 1 ms quota CFS allows: a period under the scheduler tick loses the refills a running task
     could use (at 1 ms per 1 ms a rank ran at half a core); a smaller share takes a longer period."""
@@ -263,7 +280,8 @@ def test_lab_ranks_and_their_sentinels_live_in_their_hosts_groups(tmp_path):
         r = subprocess.run(lab + ["run", "--timeout", "120", "--", sys.executable, str(tmp_path / "probe.py"),
                                   str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 0, r.stderr
-        assert "1 thread per rank: 0.5 usable CPUs (cgroup quota" in r.stderr
+        assert ("1 thread per rank (0.5 CPUs each: 2 CPUs in its affinity over 1 rank sharing them, a cgroup quota "
+                "of 0.5 over 1 rank in its group)") in r.stderr
         for k in range(2):
             got = json.loads((tmp_path / f"r{k}.json").read_text())
             dirs = {c: (Path(d), v) for c, (d, v) in state["groups"][k]["dirs"].items()}

@@ -65,9 +65,18 @@ def usable_cpus(proc: str = PROC, affinity: int | None = None) -> float:
     return cpus if quota is None else min(cpus, quota)
 
 
-def threads_per_rank(usable: float, ranks_on_host: int) -> int:
-    """A rank's intra-op threads: its host's usable CPUs over the ranks sharing them, at least one."""
-    return max(1, math.floor(usable / max(1, ranks_on_host) + 1e-9))
+def rank_cpus(sharing: int, in_group: int, proc: str = PROC, affinity: int | None = None) -> float:
+    """The CPUs one rank may count on: its affinity over the ranks whose affinity overlaps it, or its
+    groups' quota over the ranks in its group, whichever is smaller. Both divide: ranks a launcher bound
+    to CPUs of their own still share a container's quota."""
+    cpus = float(affinity if affinity is not None else affinity_cpus()) / max(1, sharing)
+    quota = cpu_quota(proc)
+    return cpus if quota is None else min(cpus, quota / max(1, in_group))
+
+
+def threads_per_rank(usable: float, ranks: int = 1) -> int:
+    """A rank's intra-op threads: `usable` CPUs over the `ranks` sharing them, at least one."""
+    return max(1, math.floor(usable / max(1, ranks) + 1e-9))
 
 
 def oom_kills(proc: str = PROC, pid: str = "self") -> int:

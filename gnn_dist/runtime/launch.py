@@ -294,11 +294,13 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     if expected_world is not None and rv.size != expected_world:
         raise LaunchError(f"launched with {rv.size} ranks but the partition has {expected_world} parts "
                           f"(run mpiexec -n {expected_world})")
-    usable, sharing = cgroups.usable_cpus(), rv.sharing or rv.local_size
-    chosen = threads if threads is not None else cgroups.threads_per_rank(usable, sharing)
+    usable = cgroups.usable_cpus()
+    sharing, in_group = rv.sharing or rv.local_size, rv.in_group or rv.local_size
+    per_rank = cgroups.rank_cpus(sharing, in_group)
+    chosen = threads if threads is not None else cgroups.threads_per_rank(per_rank)
     torch.set_num_threads(chosen)
     if rv.rank == 0:
-        _say_threads(chosen, usable, sharing, threads is not None)
+        _say_threads(chosen, per_rank, sharing, in_group, threads is not None)
     keep_freed_memory()
     gpus = torch.cuda.device_count() if backend != "gloo" and torch.cuda.is_available() else 0
     agree = placement.mpi_all if not torchrun else bool
@@ -327,12 +329,17 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     return ctx
 
 
-def _say_threads(chosen: int, usable: float, sharing: int, given: bool) -> None:
+def _say_threads(chosen: int, per_rank: float, sharing: int, in_group: int, given: bool) -> None:
     """One line on rank 0: the threads per rank and where the number comes from."""
-    affinity = cgroups.affinity_cpus()
-    where = f"{usable:.3g} usable CPUs" + (f" (cgroup quota; {affinity} in its affinity)" if usable < affinity else "")
-    why = " (--threads)" if given else f": {where} over {sharing} rank{'s' * (sharing != 1)} sharing them"
-    sys.stderr.write(f"[gnn-dist] {chosen} thread{'s' * (chosen != 1)} per rank{why}\n")
+    quota = cgroups.cpu_quota()
+    plural = lambda n, word: f"{n:.3g} {word}{'s' * (n != 1)}"  # noqa: E731
+    why = (f"{plural(cgroups.affinity_cpus(), 'CPU')} in its affinity over {plural(sharing, 'rank')} sharing them"
+           + (f", a cgroup quota of {quota:.3g} over {plural(in_group, 'rank')} in its group" if quota else ""))
+    if given:
+        why = "--threads" + (f"; more than its {per_rank:.3g} CPUs: threads beyond them wait" if chosen > per_rank
+                             else "")
+    head = f"[gnn-dist] {plural(chosen, 'thread')} per rank"
+    sys.stderr.write(f"{head} ({why})\n" if given else f"{head} ({plural(per_rank, 'CPU')} each: {why})\n")
 
 
 def _process_groups(rv: Rendezvous, backend: str, timeout: datetime.timedelta, torchrun: bool, transport: str):

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
 from gnn_dist.runtime import compat
+from partition.cgroups import group_dir
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Rendezvous:
     port: int
     listener: socket.socket | None = None  # rank 0 under mpiexec: bound and listening, handed to the store
     sharing: int = 0  # ranks on this host whose CPU affinity overlaps this one's, itself included (0: unknown)
+    in_group: int = 0  # ranks on this host in this one's CPU cgroup, itself included: they share its quota
 
 
 def ranks_sharing(mine: list[int], host: list[list[int]]) -> int:
@@ -103,7 +105,9 @@ def mpi_rendezvous(master_addr: str | None, iface: str | None) -> Rendezvous:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     local_rank, local_size = local.Get_rank(), local.Get_size()
     mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    sharing = ranks_sharing(mine, local.allgather(mine))
+    group = str((group_dir("cpu") or ("",))[0])
+    host = local.allgather((mine, group))
+    sharing, in_group = ranks_sharing(mine, [cpus for cpus, _ in host]), sum(g == group for _, g in host)
     local.Free()
     ifaces = interfaces()
     all_ifaces = comm.allgather(sorted(ifaces.items()))
@@ -130,7 +134,7 @@ def mpi_rendezvous(master_addr: str | None, iface: str | None) -> Rendezvous:
     master_addr, port, error = comm.bcast(payload, root=0)
     if error is not None:
         raise LaunchError(error)
-    return Rendezvous(rank, size, local_rank, local_size, master_addr, port, listener, sharing)
+    return Rendezvous(rank, size, local_rank, local_size, master_addr, port, listener, sharing, in_group)
 
 
 def mpi_store(rv: Rendezvous, timeout: datetime.timedelta) -> dist.TCPStore:
