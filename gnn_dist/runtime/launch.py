@@ -336,7 +336,7 @@ def _say_threads(chosen: int, per_rank: float, sharing: int, in_group: int, give
     why = (f"{plural(cgroups.affinity_cpus(), 'CPU')} in its affinity over {plural(sharing, 'rank')} sharing them"
            + (f", a cgroup quota of {quota:.3g} over {plural(in_group, 'rank')} in its group" if quota else ""))
     if given:
-        why = "--threads" + (f"; more than its {per_rank:.3g} CPUs: threads beyond them wait" if chosen > per_rank
+        why = "--threads" + (f"; more than its {plural(per_rank, 'CPU')}: threads beyond them wait" if chosen > per_rank
                              else "")
     head = f"[gnn-dist] {plural(chosen, 'thread')} per rank"
     sys.stderr.write(f"{head} ({why})\n" if given else f"{head} ({plural(per_rank, 'CPU')} each: {why})\n")
