@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+THREADS_LINE = re.compile(r"\[gnn-dist\] \d+ threads? per rank \(")  # rank 0's start-up line (runtime/launch.py)
+
+
+def said(text: str) -> list[str]:
+    """A run's non-empty lines less rank 0's start-up line on threads: what a test of one-line errors and of
+    progress lines compares."""
+    return [ln for ln in text.splitlines() if ln.strip() and not THREADS_LINE.match(ln)]
 # The fast subset (`-m "not slow"`) may launch mpiexec this many times; more, and the session fails, naming the
 # tests that launched (mark multi-rank launches slow: CONTRIBUTING.md).
 FAST_MPIEXEC_LIMIT = 5

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import cli_partition
+from tests.conftest import cli_partition, said
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
@@ -167,7 +167,7 @@ def test_an_error_in_user_code_is_reported_by_its_rank_and_everyone_leaves(tmp_p
     codes = [p.returncode for p in procs]
     assert all(c != 0 for c in codes), (codes, errs)
     assert codes[1] == 1, errs[1]
-    lines = [ln for e in errs for ln in e.splitlines() if ln.strip()]
+    lines = [ln for e in errs for ln in said(e)]
     assert len(lines) == 1, lines
     assert lines[0].startswith("[rank 1] gnn-dist: error: RuntimeError in ") and "buggy.py:" in lines[0]
     assert "(forward)" in lines[0] and "collective failed" not in lines[0]

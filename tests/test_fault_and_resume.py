@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import cli_partition
+from tests.conftest import cli_partition, said
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
@@ -108,7 +108,7 @@ def test_every_survivor_names_the_killed_rank(cora4, tmp_path):
     assert t_gone - t_kill < 5, t_gone - t_kill  # the death is announced, not found by a 60 s heartbeat timeout
     for r, err in outs.items():
         assert procs[r].returncode == 3, (r, procs[r].returncode, err[-1500:])
-        lines = [ln for ln in err.splitlines() if ln.strip()]
+        lines = said(err)
         assert lines == [f"[rank {r}] gnn-dist: error: rank 2 lost (its process ended); aborting"], err[-1500:]
     assert sorted(e["rank"] for e in errors_in(log)) == [0, 1, 3]
     assert all("rank 2 lost" in e["error"] for e in errors_in(log))

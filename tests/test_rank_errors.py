@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, cli_partition
+from tests.conftest import ROOT, cli_partition, said
 
 pytestmark = pytest.mark.slow  # multi-rank launches
 
@@ -115,7 +115,7 @@ def test_a_ranks_own_error_is_one_line_and_every_rank_leaves_with_its_code(parts
     run = launch(ranks, command(parts), direct)
     t_gone = run.wait()
     text = "\n".join(line for _, line in run.lines)
-    lines = [(t, line) for t, line in run.lines if line.strip()]
+    lines = [(t, line) for t, line in run.lines if said(line)]
     assert len(lines) == 1 and lines[0][1].startswith(start), text
     assert not NOISE.search(text), text
     if direct:

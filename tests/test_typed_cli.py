@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, cli_partition, one_error_line, run_cli, run_mpi
+from tests.conftest import ROOT, cli_partition, one_error_line, run_cli, run_mpi, said
 
 pytestmark = pytest.mark.slow  # multi-rank launches: `pytest -m 'not slow'` skips them
 
@@ -97,7 +97,7 @@ def test_feature_width_mismatch_in_a_partition(hsbm2, tmp_path):
     assert r.returncode == 2, r.stderr
     # each rank finds the mismatch in its own part; the first to report it ends the job (MPI_Abort), so the
     # other rank's line is there only if it got that far first: nothing else may be
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    lines = said(r.stderr)
     assert 1 <= len(lines) <= 2 and all("error:" in ln and "feature width mismatch" in ln for ln in lines), r.stderr
 
 

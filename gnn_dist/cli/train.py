@@ -180,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.runtime.launch import init
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"],
-               transport=args.transport, heartbeat_timeout_s=args.heartbeat_timeout, threads=args.threads)
+               transport=args.transport, heartbeat_timeout_s=args.heartbeat_timeout, threads=args.threads,
+               announce=progress.flag_mode(args) != "none")
     if args.memory_report:
         from gnn_dist.runtime.malloc import resident_bytes
 

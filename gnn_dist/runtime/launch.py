@@ -261,7 +261,8 @@ def _torchrun_rendezvous() -> Rendezvous:
 
 def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None = None,
          master_addr: str | None = None, expected_world: int | None = None, heartbeat_s: float = 1.0,
-         heartbeat_timeout_s: float = 60.0, transport: str = "auto", threads: int | None = None) -> DistContext:
+         heartbeat_timeout_s: float = 60.0, transport: str = "auto", threads: int | None = None,
+         announce: bool = True) -> DistContext:
     """Start torch.distributed for this process; `expected_world` is checked before any network setup.
 
     `backend`: None (NCCL where each rank of a host has a GPU of its own, ranks sharing GPUs staged through
@@ -277,7 +278,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     cgroup's CPU quota where smaller: containers, SLURM, the network lab's hosts) over the ranks that share
     them (under mpiexec the host's ranks whose affinity overlaps this one's: a launcher that binds ranks to
     cores of their own has divided the host already; under torchrun LOCAL_WORLD_SIZE), at least one. Rank 0
-    prints the number once.
+    prints the number once, unless `announce` is False (the CLI's --quiet).
 
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`). An exception or
     `sys.exit(n)` on one rank is printed there in one line, and every rank leaves with its code.
@@ -299,7 +300,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     per_rank = cgroups.rank_cpus(sharing, in_group)
     chosen = threads if threads is not None else cgroups.threads_per_rank(per_rank)
     torch.set_num_threads(chosen)
-    if rv.rank == 0:
+    if rv.rank == 0 and announce:
         _say_threads(chosen, per_rank, sharing, in_group, threads is not None)
     keep_freed_memory()
     gpus = torch.cuda.device_count() if backend != "gloo" and torch.cuda.is_available() else 0
