@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gnn_dist.errors import MissingExtraError  # noqa: E402
 from gnn_dist.train import tta  # noqa: E402
 
 
@@ -178,4 +179,7 @@ def report(rows: list[dict], png_dir: Path) -> None:
         fidelity_table(kinds["fidelity"])
     curves = sweep_table(kinds["sweep"], kinds["reference"]) if kinds["sweep"] else {}
     best = capacity_table(kinds["capacity"]) if kinds["capacity"] else {}
-    plots(curves, best, png_dir, kinds["capacity"][0]["memory"] if kinds["capacity"] else 0)
+    try:
+        plots(curves, best, png_dir, kinds["capacity"][0]["memory"] if kinds["capacity"] else 0)
+    except MissingExtraError as e:
+        print(f"bench_cluster: no plots: {e}", file=sys.stderr)

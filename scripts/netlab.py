@@ -145,6 +145,9 @@ def up(hosts: int, rate: str, delay: str | None, cores: float | None = None, mem
         raise SystemExit(f"netlab: {e}") from None
     if stale := [str(d) for g in stale_groups() for d, _ in g.dirs.values()]:  # another lab's, or a crash's
         raise SystemExit(f"netlab: a lab's cgroups exist ({stale[0]}); run `down` first")
+    names = set(sh("ip", "netns", "list", check=False).stdout.split())
+    if stale := sorted(names & {SWITCH, *(f"gdl{k}" for k in range(MAX_HOSTS))}):
+        raise SystemExit(f"netlab: a lab's network namespaces exist ({', '.join(stale[:3])}); run `down` first")
     made = {"hosts": hosts, "rate": rate, "delay": delay, "namespaces": [], "cores": cores, "memory": memory,
             "period_us": period_us, "groups": None, "spinners": []}
     try:

@@ -108,6 +108,20 @@ def test_ranks_bound_apart_still_share_their_groups_quota(tmp_path):
     assert cgroups.rank_cpus(sharing=4, in_group=4, proc=str(tmp_path / "none"), affinity=8) == 2.0  # no quota
 
 
+def test_the_group_that_sets_the_quota_is_what_ranks_compare(tmp_path):
+    """Two tasks in sibling groups under one limited job group (SLURM's task_N): both name the job's group."""
+    procs = [fake_tree(tmp_path, 2, {"": "/job/task_0"}), tmp_path / "proc1"]
+    (procs[1] / "self").mkdir(parents=True)
+    (procs[1] / "self" / "mountinfo").write_text((procs[0] / "self" / "mountinfo").read_text())
+    (procs[1] / "self" / "cgroup").write_text("0::/job/task_1\n")
+    put(tmp_path / "unified" / "job", cpu__max="200000 100000")
+    for task in ("task_0", "task_1"):
+        put(tmp_path / "unified" / "job" / task, cpu__max="max 100000")
+    job = (tmp_path / "unified" / "job").stat()
+    assert [cgroups.quota_group(str(p)) for p in procs] == [(job.st_dev, job.st_ino)] * 2
+    assert cgroups.cpu_quota(str(procs[1])) == 2.0 and cgroups.quota_group(str(tmp_path / "none")) is None
+
+
 def test_digits_the_kernel_never_writes_read_as_no_limit(tmp_path):
     from partition.cgroups import counter, number
 
@@ -280,8 +294,9 @@ def test_lab_ranks_and_their_sentinels_live_in_their_hosts_groups(tmp_path):
         r = subprocess.run(lab + ["run", "--timeout", "120", "--", sys.executable, str(tmp_path / "probe.py"),
                                   str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 0, r.stderr
-        assert ("1 thread per rank (0.5 CPUs each: 2 CPUs in its affinity over 1 rank sharing them, a cgroup quota "
-                "of 0.5 over 1 rank in its group)") in r.stderr
+        cpus = len(os.sched_getaffinity(0))
+        assert (f"1 thread per rank (0.5 CPUs each: {cpus} CPU{'s' * (cpus != 1)} in its affinity over 1 rank sharing "
+                "them, a cgroup quota of 0.5 over 1 rank under it)") in r.stderr
         for k in range(2):
             got = json.loads((tmp_path / f"r{k}.json").read_text())
             dirs = {c: (Path(d), v) for c, (d, v) in state["groups"][k]["dirs"].items()}

@@ -242,11 +242,11 @@ def test_every_rank_logs_compute_and_wait_and_info_sets_them_beside_the_predicti
                 "--out", str(part))
     assert r.returncode == 0, r.stderr
     log = tmp_path / "run.jsonl"
-    run = run_mpi(2, "train", "--partition", str(part), "--epochs", "3", "--log", str(log), "--progress", "none")
+    run = run_mpi(2, "train", "--partition", str(part), "--epochs", "3", "--log", str(log), "--progress", "lines")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     pred = records[0]["prediction"]
     assert pred["machine"] == "default" and len(pred["rank_compute_s"]) == 2
-    # the threads each rank chose (its usable CPUs over the 2 ranks of this host), printed once and logged once
+    # the threads each rank chose (its CPUs over the 2 unbound ranks of this host), printed once and logged once
     threads = threads_per_rank(usable_cpus(), 2)
     assert records[0]["rank_threads"] == [threads, threads] and "rank_threads" not in records[1]
     assert records[0]["rank_usable_cpus"] == [pytest.approx(usable_cpus(), abs=1e-4)] * 2

@@ -81,8 +81,8 @@ def add_launch_flags(p) -> None:
     p.add_argument("--heartbeat-timeout", type=float, default=60.0, metavar="S", help="a rank whose heartbeat "
                    "process is silent this long is lost (default 60; a busy or stopped rank keeps beating)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="intra-op threads per rank (default: the CPUs a rank may use, its affinity or its cgroup's "
-                        "CPU quota where smaller, over the ranks that share those CPUs; at least 1)")
+                   help="intra-op threads per rank (default: its CPU affinity over the ranks sharing it, or its "
+                        "cgroup's CPU quota over the ranks under it, the smaller; at least 1)")
 
 
 def add_loop_flags(p) -> None:

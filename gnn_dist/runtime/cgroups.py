@@ -3,10 +3,10 @@
 Why: a CPU quota caps a process far below the cores it sees (containers, Kubernetes CPU limits, SLURM,
 the network lab's emulated hosts), and threads beyond the quota spin while throttled: a rank under a
 0.45-core quota ran its epoch in 1.649 s with 2 threads against 1.325 s with one. So a rank's threads
-follow `usable_cpus`, the smaller of its CPU affinity and the quotas of its cgroup and every group above
-it, as Go's runtime and the JVM read them. The lab (scripts/netlab.py) makes one `HostGroup` per
-emulated host: its own CPU quota and memory limit; a rank's sentinel asks `oom_kills` whether the
-kernel killed a process of its group for memory.
+follow `rank_cpus`: its CPU affinity over the ranks sharing it, or the tightest quota of its cgroup and
+the groups above it (as Go's runtime and the JVM read it) over the ranks under that quota, the smaller.
+The lab (scripts/netlab.py) makes one `HostGroup` per emulated host: its own CPU quota and memory limit;
+a rank's sentinel asks `oom_kills` whether the kernel killed a process of its group for memory.
 
 Which groups a process is in, and where they are mounted, is `partition.cgroups` (shared with the
 partitioner's memory check). The files read here: v1's cpu.cfs_quota_us, cpu.cfs_period_us,
@@ -43,14 +43,31 @@ def _quota(d: Path, version: int) -> float | None:
     return quota / period if quota and period else None
 
 
-def cpu_quota(proc: str = PROC) -> float | None:
-    """The tightest CPU quota, in cores, of this process's group and the groups above it; None: none."""
+def _tightest(proc: str) -> tuple[float, Path] | None:
     found = group_dir("cpu", proc)
     if found is None:
         return None
     d, m = found
-    limits = [q for g in ancestors(d, m) if (q := _quota(g, m.version)) is not None]
-    return min(limits) if limits else None
+    return min(((q, g) for g in ancestors(d, m) if (q := _quota(g, m.version)) is not None), default=None,
+               key=lambda qg: qg[0])
+
+
+def cpu_quota(proc: str = PROC) -> float | None:
+    """The tightest CPU quota, in cores, of this process's group and the groups above it; None: none."""
+    tightest = _tightest(proc)
+    return tightest[0] if tightest else None
+
+
+def quota_group(proc: str = PROC) -> tuple[int, int] | None:
+    """Which group sets that quota, as (device, inode) of its directory: the same group whatever path a
+    container mounts it at, so ranks compare it to count who shares the quota (sibling groups under one
+    limited parent do). None: no quota."""
+    tightest = _tightest(proc)
+    try:
+        st = os.stat(tightest[1]) if tightest else None
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if st else None
 
 
 def affinity_cpus() -> int:
@@ -67,8 +84,8 @@ def usable_cpus(proc: str = PROC, affinity: int | None = None) -> float:
 
 def rank_cpus(sharing: int, in_group: int, proc: str = PROC, affinity: int | None = None) -> float:
     """The CPUs one rank may count on: its affinity over the ranks whose affinity overlaps it, or its
-    groups' quota over the ranks in its group, whichever is smaller. Both divide: ranks a launcher bound
-    to CPUs of their own still share a container's quota."""
+    groups' quota over the ranks under the group that sets it, whichever is smaller. Both divide: ranks a
+    launcher bound to CPUs of their own still share a container's quota."""
     cpus = float(affinity if affinity is not None else affinity_cpus()) / max(1, sharing)
     quota = cpu_quota(proc)
     return cpus if quota is None else min(cpus, quota / max(1, in_group))

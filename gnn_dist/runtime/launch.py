@@ -274,11 +274,11 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     host; everything else over torch.distributed) or "gloo" (all of them). `heartbeat_timeout_s`: a rank whose sentinel has not
     beaten for this long is lost (a rank that is merely busy or stopped keeps beating).
 
-    `threads`: this rank's intra-op threads; default the CPUs this process may use (its affinity, or its
-    cgroup's CPU quota where smaller: containers, SLURM, the network lab's hosts) over the ranks that share
-    them (under mpiexec the host's ranks whose affinity overlaps this one's: a launcher that binds ranks to
-    cores of their own has divided the host already; under torchrun LOCAL_WORLD_SIZE), at least one. Rank 0
-    prints the number once, unless `announce` is False (the CLI's --quiet).
+    `threads`: this rank's intra-op threads; default the CPUs it may count on (`cgroups.rank_cpus`: its
+    affinity over the ranks whose affinity overlaps it, or its cgroup's CPU quota over the ranks under that
+    quota, whichever is smaller: containers, SLURM, the network lab's hosts; under torchrun both divisors are
+    LOCAL_WORLD_SIZE), at least one. Rank 0
+    prints the number once, unless `announce` is False (the CLI's --progress none, or --quiet).
 
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`). An exception or
     `sys.exit(n)` on one rank is printed there in one line, and every rank leaves with its code.
@@ -335,9 +335,10 @@ def _say_threads(chosen: int, per_rank: float, sharing: int, in_group: int, give
     quota = cgroups.cpu_quota()
     plural = lambda n, word: f"{n:.3g} {word}{'s' * (n != 1)}"  # noqa: E731
     why = (f"{plural(cgroups.affinity_cpus(), 'CPU')} in its affinity over {plural(sharing, 'rank')} sharing them"
-           + (f", a cgroup quota of {quota:.3g} over {plural(in_group, 'rank')} in its group" if quota else ""))
+           + (f", a cgroup quota of {quota:.3g} over {plural(in_group, 'rank')} under it" if quota else ""))
     if given:
-        why = "--threads" + (f"; more than its {plural(per_rank, 'CPU')}: threads beyond them wait" if chosen > per_rank
+        why = "--threads" + (f"; more than its {plural(per_rank, 'CPU')}: threads beyond them wait"
+                             if chosen > cgroups.threads_per_rank(per_rank)
                              else "")
     head = f"[gnn-dist] {plural(chosen, 'thread')} per rank"
     sys.stderr.write(f"{head} ({why})\n" if given else f"{head} ({plural(per_rank, 'CPU')} each: {why})\n")

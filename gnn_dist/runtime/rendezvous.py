@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
-from gnn_dist.runtime import compat
-from partition.cgroups import group_dir
+from gnn_dist.runtime import cgroups, compat
 
 
 @dataclass
@@ -35,7 +34,7 @@ class Rendezvous:
     port: int
     listener: socket.socket | None = None  # rank 0 under mpiexec: bound and listening, handed to the store
     sharing: int = 0  # ranks on this host whose CPU affinity overlaps this one's, itself included (0: unknown)
-    in_group: int = 0  # ranks on this host in this one's CPU cgroup, itself included: they share its quota
+    in_group: int = 0  # ranks on this host under the cgroup that sets this one's CPU quota, itself included
 
 
 def ranks_sharing(mine: list[int], host: list[list[int]]) -> int:
@@ -105,7 +104,7 @@ def mpi_rendezvous(master_addr: str | None, iface: str | None) -> Rendezvous:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     local_rank, local_size = local.Get_rank(), local.Get_size()
     mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    group = str((group_dir("cpu") or ("",))[0])
+    group = cgroups.quota_group()
     host = local.allgather((mine, group))
     sharing, in_group = ranks_sharing(mine, [cpus for cpus, _ in host]), sum(g == group for _, g in host)
     local.Free()
