@@ -162,7 +162,7 @@ class HostGroup:
             if m.version == 2:  # a v2 group gets a controller only where its parent enables it for children
                 for p in (m.point, m.point / parent):
                     p.mkdir(exist_ok=True)
-                    if c != "cpuacct" and c not in (read(p / "cgroup.subtree_control") or "").split():
+                    if c not in (read(p / "cgroup.subtree_control") or "").split():  # v2 has no cpuacct
                         _enable(p, c)
             d.mkdir(parents=True, exist_ok=True)
             self.dirs[c] = (d, m.version)
