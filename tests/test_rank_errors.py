@@ -136,3 +136,27 @@ def test_a_bare_system_exit_outside_with_ends_every_rank_within_the_collective_t
     assert run.procs[0].returncode == 1, (run.procs[0].returncode, text)
     assert "[rank 1] gnn-dist: error: left its script while its peers were still running" in text, text
     assert t_gone - t0 < 20, f"{t_gone - t0:.1f} s until every process was gone"
+
+
+def test_an_abort_waits_until_the_launcher_has_read_the_line():
+    """MPI_Abort waits for the pipe to mpiexec's proxy to empty: an abort that overtakes the rank's line loses
+    it (tests/test_cli_train.py::test_corrupt_partition saw an empty stderr once in four on a loaded box)."""
+    from gnn_dist.runtime.rendezvous import wait_until_read
+
+    reader, writer = os.pipe()
+    os.write(writer, b"[rank 0] gnn-dist: error: ...\n")
+    threading.Timer(0.3, os.read, (reader, 100)).start()
+    start = time.monotonic()
+    wait_until_read((writer,), limit_s=5.0)
+    waited = time.monotonic() - start
+    assert 0.25 < waited < 2.0  # until the reader took the line, not the limit
+    os.write(writer, b"x")
+    start = time.monotonic()
+    wait_until_read((writer,), limit_s=0.2)  # nobody reads: the limit ends the wait
+    assert 0.15 < time.monotonic() - start < 1.0
+    with open(os.devnull, "w") as null:  # not a pipe: no wait
+        start = time.monotonic()
+        wait_until_read((null.fileno(),), limit_s=5.0)
+        assert time.monotonic() - start < 0.5
+    os.close(reader)
+    os.close(writer)
