@@ -316,3 +316,32 @@ def test_reused_rows_from_before_they_crossed_before_dropout_start_afresh(group,
     why = policy_state.mismatch(ex, {"plan": [ex.send_counts, ex.recv_counts], "settings": old})
     assert why is not None and "after dropout" in why
     assert policy_state.mismatch(ex, policy_state.save(ex)) is None
+
+
+def test_received_gradients_are_summed_peer_by_peer_in_peer_order():
+    """Row 0 gets 1e8 from peer 0, 1 from peer 1 and -1e8 from peer 2: in fp32, peer order gives exactly 0 (the 1
+    is lost to 1e8), any other order 1 or 0 by chance; and the CPU's bits are one index_add_'s (nothing changed)."""
+    from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready, add_per_peer
+
+    index = torch.tensor([0, 3, 0, 0, 5])
+    splits = [2, 1, 2]
+    rows = torch.tensor([[1e8], [2.0], [1.0], [-1e8], [4.0]])
+    got = add_per_peer(torch.zeros(6, 1), index, rows, splits)
+    assert got[:, 0].tolist() == [0.0, 0.0, 0.0, 2.0, 0.0, 4.0]
+    gen = torch.Generator().manual_seed(0)
+    index = torch.cat([torch.randperm(500, generator=gen)[:300] for _ in range(4)])  # repeats across peers only
+    rows = torch.randn(1200, 16, generator=gen) * torch.logspace(-3, 3, 1200).unsqueeze(1)
+    base = torch.randn(500, 16, generator=gen)
+    one_call = base.clone().index_add_(0, index, rows)
+    assert torch.equal(add_per_peer(base.clone(), index, rows, [300] * 4), one_call)
+    assert torch.equal(Ready(rows).add_into(base.clone(), index, [300] * 4), one_call)
+    calls = []
+
+    def accumulate(target, idx):
+        calls.append(len(idx))
+        return add_per_peer(target, idx, rows, [300] * 4)
+
+    pending = Pending(None, lambda: rows, ChannelStats(), accumulate=accumulate)
+    assert torch.equal(pending.add_into(base.clone(), index, [300] * 4), one_call) and calls == [1200]
+    pending.wait()  # once decoded, the decoded rows are summed, peer by peer
+    assert torch.equal(pending.add_into(base.clone(), index, [300] * 4), one_call) and calls == [1200]

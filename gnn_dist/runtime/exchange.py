@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gnn_dist.runtime import codec, policy_state, stale, streams, transport
+from gnn_dist.runtime import codec, policy_state, skip, stale, streams, transport
 from gnn_dist.runtime.adaptive import AdaptivePolicy
-from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready
+from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready, add_per_peer
 from partition.errors import UsageError
 
 STATIC = "fwd.input"  # metrics channel of the one-off fetch of the input features' halo
@@ -230,7 +230,9 @@ class HaloExchange:
             out = torch.empty(out_rows, width, dtype=dtype, device=flat.device)
             work = transport.all_to_all(out, flat, out_splits, in_splits, group=self.group, async_op=True, mpi=mpi)
             stats.add([r * width * flat.element_size() for r in in_splits], in_splits, transport.is_mpi(work), out.nbytes)
-            return Pending(work, lambda: out.view(out_rows, *tail), stats)
+            return Pending(work, lambda: out.view(out_rows, *tail), stats,
+                           accumulate=lambda target, idx: add_per_peer(target, idx, out.view(out_rows, *tail),
+                                                                       out_splits))
         nbytes = [codec.wire_bytes(r, width, n) for r, n in zip(in_splits, send_names)]
         send_buf = torch.empty(sum(nbytes), dtype=torch.uint8, device=source.device)
         distinct = self._distinct_send_rows() if index is self.send_idx else None
@@ -290,7 +292,7 @@ class HaloExchange:
         if channel is None:
             return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)
         if self.config.skip_threshold and channel not in self._fresh:
-            return self._start_skipping(x[self.send_idx], f"fwd.{channel}")
+            return skip.start_skipping(self, x[self.send_idx], f"fwd.{channel}")
         pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, f"fwd.{channel}", "fwd", self.send_idx)
         return self._through_cache(f"fwd.{channel}", pending)
 
@@ -310,42 +312,12 @@ class HaloExchange:
         """
         if isinstance(received, torch.Tensor):
             received = Ready(received)
-        return received.add_into(grad_inner, self.send_idx)
+        return received.add_into(grad_inner, self.send_idx, self.send_counts)
 
     # ---------------------------------------------------------------- caches
     def _through_cache(self, channel: str, pending: Pending):
         """staleness S: the block this step uses while the fresh one travels (`stale`); `_fresh` ones pass by."""
         return pending if channel[4:] in self._fresh else stale.through_cache(self, channel, pending)
-
-    def _start_skipping(self, rows: torch.Tensor, channel: str):
-        """Send only rows that moved by more than the threshold since last sent; refresh all periodically."""
-        ref = self._sent_ref.get(channel)
-        flat = rows.flatten(1)
-        if ref is None or self.epoch % self.config.refresh_every == 0:
-            send = torch.ones(flat.shape[0], dtype=torch.bool, device=flat.device)
-        else:
-            change = (flat - ref).norm(dim=1) / (ref.norm(dim=1) + 1e-12)
-            send = change > self.config.skip_threshold
-        flags = torch.empty(self.num_halo, dtype=torch.uint8, device=flat.device)
-        transport.all_to_all(flags, send.to(torch.uint8), self.recv_counts, self.send_counts, group=self.group,
-                             mpi=self.over_mpi())
-        flags = flags.bool()
-        new_ref = flat.clone() if ref is None else ref.clone()
-        new_ref[send] = flat[send]
-        self._sent_ref[channel] = new_ref
-        in_splits = [int(s.sum()) for s in torch.split(send, self.send_counts)]
-        out_splits = [int(f.sum()) for f in torch.split(flags, self.recv_counts)]
-        pending = self._a2a(rows[send], sum(out_splits), out_splits, in_splits, channel, "fwd")
-        held = self._held.get(channel)
-
-        def merge() -> torch.Tensor:
-            got = pending.wait()
-            block = got.new_zeros((self.num_halo,) + tuple(got.shape[1:])) if held is None else held.clone()
-            block[flags] = got
-            self._held[channel] = block
-            return block
-
-        return Pending(None, merge, self.stats[channel])
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:

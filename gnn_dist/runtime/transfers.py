@@ -36,11 +36,28 @@ class ChannelStats:
         self.mpi_calls += bool(over_mpi)
 
     def reset(self) -> dict:
+        if isinstance(self.qvar, torch.Tensor) and self.qvar.is_cuda:  # summed on the exchange's side stream:
+            torch.cuda.synchronize(self.qvar.device)  # read here, on another, only once it is written
         out = {"bytes": self.bytes_per_peer, "rows": self.rows_per_peer, "wait_s": round(self.wait_s, 6),
                "calls": self.calls, "mpi_calls": self.mpi_calls, "qvar": float(self.qvar) / max(self.elements, 1),
                "recv_bytes": self.recv_bytes, "overlap_s": round(self.overlap_s, 6)}
         self.__init__()
         return out
+
+
+def add_per_peer(target: torch.Tensor, index: torch.Tensor, rows: torch.Tensor, splits: list[int]) -> torch.Tensor:
+    """target[index] += rows, one peer's block at a time, in peer order.
+
+    Within a peer's block no index repeats (a row goes to a peer once), so each
+    index_add_ touches a target row at most once, and rows received from several
+    peers are summed in peer order. One index_add_ over all blocks would sum
+    them by atomics on CUDA, in an order that varies from run to run; on the
+    CPU it adds in index order, which is this order, so the CPU's bits are the same.
+    """
+    for idx, block in zip(torch.split(index, splits), torch.split(rows, splits)):
+        if idx.numel():
+            target.index_add_(0, idx, block.to(target.dtype))
+    return target
 
 
 class Pending:
@@ -49,12 +66,13 @@ class Pending:
     With a CUDA `stream`, waiting and decoding are queued on that stream and the
     caller's stream then waits for it; the host does not block (`wait_s` then
     counts host time only, near zero). `add_into` sums the received rows into
-    a target instead, decoding straight into it where the codec allows.
+    a target instead, peer by peer (`add_per_peer`), decoding straight into it
+    where the codec allows (`accumulate`), on the side stream where there is one.
     """
 
     def __init__(self, work, finish, stats: ChannelStats, stream=None, accumulate=None):
         self.work, self.finish, self.stats, self.result, self.stream = work, finish, stats, None, stream
-        self.accumulate = accumulate
+        self.accumulate = accumulate  # (target, index) -> target: the received rows summed in, peer by peer
         self.started = time.perf_counter()  # what the rank does until `wait` overlaps the transfer (`overlap_s`)
 
     def wait(self) -> torch.Tensor:
@@ -72,12 +90,22 @@ class Pending:
                 self.result = result
         return self.result
 
-    def add_into(self, target: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """target[index] += received rows (rows repeat across peers only, so the sum is in peer order)."""
-        if self.result is None and self.stream is None and self.accumulate is not None:
+    def add_into(self, target: torch.Tensor, index: torch.Tensor, splits: list[int]) -> torch.Tensor:
+        """target[index] += received rows; `splits`: the rows from each peer, in peer order."""
+        if self.result is not None or self.accumulate is None:
+            return add_per_peer(target, index, self.wait(), splits)
+        if self.stream is None:
             self._transfer()
             return self.accumulate(target, index)
-        return target.index_add_(0, index, self.wait().to(target.dtype))
+        caller = torch.cuda.current_stream(self.stream.device)
+        self.stream.wait_stream(caller)  # the target's own writes come first
+        with torch.cuda.stream(self.stream):
+            self._transfer()
+            self.accumulate(target, index)
+        target.record_stream(self.stream)  # made on the caller's stream, written on the side stream
+        index.record_stream(self.stream)
+        caller.wait_stream(self.stream)
+        return target
 
     def _transfer(self) -> None:
         if self.work is not None:
@@ -97,5 +125,5 @@ class Ready:
     def wait(self) -> torch.Tensor:
         return self.result
 
-    def add_into(self, target: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        return target.index_add_(0, index, self.result.to(target.dtype))
+    def add_into(self, target: torch.Tensor, index: torch.Tensor, splits: list[int]) -> torch.Tensor:
+        return add_per_peer(target, index, self.result, splits)
