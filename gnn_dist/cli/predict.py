@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from gnn_dist.cli.train import add_gpu_memory_flag
 from partition.errors import UsageError
 
 OUTPUTS = ("logits", "probs", "labels", "embeddings")
@@ -28,6 +29,7 @@ def add_parser(sub) -> None:
                         "order, each type's ids after the previous types'); default: the target type's rows only")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl", "staged"], help="as for train")
     p.add_argument("--timeout", type=float, default=120.0)
+    add_gpu_memory_flag(p)
     p.set_defaults(run=run)
 
 
@@ -54,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from gnn_dist.train.checkpoint import load_model_state
 
     t, weights = model_file.read(args.model_file, args.model)  # data only; a user's model named again, or refused
-    ctx = init(backend=args.backend, timeout_s=args.timeout, expected_world=meta["num_parts"])
+    ctx = init(backend=args.backend, timeout_s=args.timeout, expected_world=meta["num_parts"],
+               gpu_memory_fraction=args.gpu_memory_fraction)
     t.partition = args.partition
     graph = load_graph(t, ctx, meta)
     width = t.hidden if getattr(t, "task", "node") == "link" else graph.num_classes  # link: embeddings

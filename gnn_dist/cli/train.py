@@ -83,6 +83,13 @@ def add_launch_flags(p) -> None:
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="intra-op threads per rank (default: its CPU affinity over the ranks sharing it, or its "
                         "cgroup's CPU quota over the ranks under it, the smaller; at least 1)")
+    add_gpu_memory_flag(p)
+
+
+def add_gpu_memory_flag(p) -> None:
+    p.add_argument("--gpu-memory-fraction", type=float, default=None, metavar="F",
+                   help="share of its GPU's memory each rank may take, 0 < F <= 1 (default: 1/(ranks on the GPU) "
+                        "where ranks share one, else no cap)")
 
 
 def add_loop_flags(p) -> None:
@@ -153,6 +160,8 @@ def check_args(a: argparse.Namespace) -> None:
         (a.timeout > 0, f"--timeout must be > 0, got {a.timeout}"),
         (a.heartbeat_timeout > 1, f"--heartbeat-timeout must be > 1 (seconds), got {a.heartbeat_timeout}"),
         (a.threads is None or a.threads >= 1, f"--threads must be >= 1, got {a.threads}"),
+        (a.gpu_memory_fraction is None or 0 < a.gpu_memory_fraction <= 1,
+         f"--gpu-memory-fraction must be in (0, 1], got {a.gpu_memory_fraction}"),
         (not (a.checkpoint_every or a.resume) or a.checkpoint_dir, "--checkpoint-every/--resume need --checkpoint-dir"),
     ]
     for ok, msg in rules:
@@ -181,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
     ctx = init(backend=args.backend, timeout_s=args.timeout, iface=args.iface, expected_world=meta["num_parts"],
                transport=args.transport, heartbeat_timeout_s=args.heartbeat_timeout, threads=args.threads,
-               announce=progress.flag_mode(args) != "none")
+               announce=progress.flag_mode(args) != "none", gpu_memory_fraction=args.gpu_memory_fraction)
     if args.memory_report:
         from gnn_dist.runtime.malloc import resident_bytes
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
-from gnn_dist.runtime import cgroups, placement
+from gnn_dist.runtime import cgroups, gpus, placement
 from gnn_dist.runtime import transport as halo_transport
 from gnn_dist.runtime.failure import describe_user_error, exit_code, exit_line, is_collective_failure, print_traceback
 from gnn_dist.runtime.malloc import keep_freed_memory
@@ -262,12 +262,14 @@ def _torchrun_rendezvous() -> Rendezvous:
 def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None = None,
          master_addr: str | None = None, expected_world: int | None = None, heartbeat_s: float = 1.0,
          heartbeat_timeout_s: float = 60.0, transport: str = "auto", threads: int | None = None,
-         announce: bool = True) -> DistContext:
+         announce: bool = True, gpu_memory_fraction: float | None = None) -> DistContext:
     """Start torch.distributed for this process; `expected_world` is checked before any network setup.
 
     `backend`: None (NCCL where each rank of a host has a GPU of its own, ranks sharing GPUs staged through
     host memory, the CPU and gloo without CUDA), "gloo" (the CPU), "nccl", or "staged" (GPUs, every
-    collective through pinned host memory: nodes without GPUDirect); `gnn_dist.runtime.placement`.
+    collective through pinned host memory: nodes without GPUDirect); `gnn_dist.runtime.placement`. Ranks
+    share a GPU where two hold the same one (by UUID); each then may use 1/(ranks on it) of its memory, or
+    `gpu_memory_fraction` (0 < F <= 1, any GPU rank) where given.
 
     `transport`: how host halo all-to-alls travel (`gnn_dist.runtime.transport`): "auto" (small plans over
     MPI under an mpiexec launch on gloo, the CPU's or a shared GPU's, with no more ranks than cores per
@@ -290,6 +292,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     if not (heartbeat_s > 0 and heartbeat_timeout_s > heartbeat_s):
         raise LaunchError(f"the heartbeat timeout ({heartbeat_timeout_s:g} s) must exceed its period "
                           f"({heartbeat_s:g} s)")
+    placement.check_fraction(gpu_memory_fraction)
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rv = _torchrun_rendezvous() if torchrun else mpi_rendezvous(master_addr, iface)
     if expected_world is not None and rv.size != expected_world:
@@ -303,10 +306,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     if rv.rank == 0 and announce:
         _say_threads(chosen, per_rank, sharing, in_group, threads is not None)
     keep_freed_memory()
-    gpus = torch.cuda.device_count() if backend != "gloo" and torch.cuda.is_available() else 0
-    agree = placement.mpi_all if not torchrun else bool
-    backend, device = placement.apply(placement.choose(backend, rv.local_rank, rv.local_size, gpus, agree=agree),
-                                      rv.rank)
+    backend, device = placement.apply(gpus.place(backend, rv, torchrun, gpu_memory_fraction, timeout_s), rv.rank)
     if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
         name = gloo_interface(iface, rv.addr)
         if name:
