@@ -1,23 +1,29 @@
 """Big graphs: PyG against gnn-dist at P = 1, 2 and 4, with memory, partitioning cost and a roofline, from one run.
 
     python scripts/bench_scale.py [--dataset SPEC] [--epochs 3] [--hidden 128] [--ranks 1,2,4] [--device cpu|cuda]
+                                  [--stage all|goal|rest] [--workdir DIR]
 
 Default graph: sbm:nodes=1000000,avg_degree=16,homophily=0.9,features=128,classes=16 (16M edges), GCN with
-2 layers. Prints three tables:
+2 layers. Prints three tables, each row (and flushed) as soon as it is measured:
 
-1. Rows: PyG with `edge_index` (skipped, with a note, where its per-edge messages would not fit in the
-   memory available), PyG with a GCN-normalised `torch.sparse` CSR `adj_t` (its fastest CPU path), and
-   gnn-dist at each P (`scripts/bench_train.py` runs them). Columns: epoch seconds, peak RSS per rank,
-   and for gnn-dist `gnn-dist partition`'s time, peak RSS and the peak it estimated beforehand.
+1. Rows: PyG with a GCN-normalised `torch.sparse` CSR `adj_t` (its fastest CPU path), gnn-dist P=1 and
+   the goal line (gnn-dist P=1's epoch at most 0.7x PyG adj_t's), then PyG with `edge_index` (skipped,
+   with a note, where its per-edge messages would not fit in the memory available: host RAM on the CPU,
+   the GPU's free memory on CUDA) and gnn-dist at the other P (`scripts/bench_train.py` runs them).
+   Columns: epoch seconds, peak RSS per rank, and for gnn-dist `gnn-dist partition`'s time, peak RSS and
+   the peak it estimated beforehand.
 2. Machine peaks measured here: memory bandwidth (a large copy) and dense flops (a large matmul).
 3. gnn-dist's P=1 epoch by kind of work beside a roofline for each kind (the bytes it must move over the
    measured bandwidth, or its flops over the measured peak), and the timed epoch (no profiler) beside. On
    the CPU: torch profiler, own CPU time per operator. On CUDA: device time, each operator's own kernels
    as the GPU recorded them (not stretched by the profiler's host overhead), with the device's busy sum
-   and the timed epoch's idle rest.
-   The byte counts are lower bounds: a sparse product reads each edge's source row once (width x 4 B,
-   plus 12 B of index and value) and writes its output once; an elementwise pass reads and writes its
-   tensor once.
+   and the timed epoch's idle rest. (scripts/scale_roofline.py: the peaks, the roofline, the profile.)
+
+`--stage goal` runs only PyG adj_t, gnn-dist P=1 and the goal line; `--stage rest` the others (edge_index,
+P > 1, peaks, breakdown); `all` both. The graph is generated once and saved as an .npz in --workdir (a
+temporary folder by default) that the partition and PyG children load (`file:`); the partitions and
+PyG adj_t's result stay there too, so a `rest` run with the `goal` run's --workdir (the GPU check does
+this) makes neither again. Exit status 1 if a row failed (the other rows still run).
 
 Every process runs with torch's default threads (all cores for one process; the launcher gives each of
 P ranks cores / P), and with torch's huge pages where `gnn-dist train` would turn them on for the
@@ -26,9 +32,11 @@ partition (THP_MEM_ALLOC_ENABLE; PyG's rows as P=1, since any torch user can set
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,182 +48,50 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_train import _result, huge_pages, peak_rss_mb, pyg_child, worker  # noqa: E402
+from scale_roofline import machine_peaks, print_breakdown, print_peaks, profile_child  # noqa: E402
 
 DEFAULT = "sbm:nodes=1000000,avg_degree=16,homophily=0.9,features=128,classes=16"
-KINDS = ("sparse products", "dense products", "elementwise and dropout", "exchange", "optimizer", "other")
+GOAL = 0.7  # issue 39: gnn-dist P=1's epoch at most this times PyG adj_t's
 
 
-# ------------------------------------------------------------------ machine peaks
-def machine_peaks(device: str) -> dict:
-    """Best of 5: bytes per second of a 512 MB copy (read + write), flops per second of a 4096^2 fp32 matmul."""
-    import torch
+# ------------------------------------------------------------------------- graph
+def prepare_graph(spec: str, work: Path) -> tuple[str, dict]:
+    """The graph as a `file:` spec in `work`, and its sizes: generated here once and saved, so that the
+    partition and PyG children (each its own process, for a clean peak RSS) load it instead of each
+    generating it again (about 15 s each at 1M nodes). Reused when `work` already holds `spec`."""
+    info_file, npz = work / "graph.json", work / "graph.npz"
+    if info_file.exists() and json.loads(info_file.read_text())["spec"] == spec:
+        return f"file:{npz}", json.loads(info_file.read_text())
+    import numpy as np
 
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    from gnn_dist.data import load_dataset
 
-    def best(fn, reps: int = 5) -> float:
-        fn()
-        sync()
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - t)
-        return min(times)
-
-    def copy_rate() -> float:  # its 1 GB of tensors are freed on return
-        a = torch.rand(1 << 27, device=device)
-        b = torch.empty_like(a)
-        return 2 * a.numel() * 4 / best(lambda: b.copy_(a))
-
-    bw = copy_rate()
-    m = 4096
-    x, y = torch.rand(m, m, device=device), torch.rand(m, m, device=device)
-    return {"bandwidth": bw, "flops": 2 * m**3 / best(lambda: x @ y)}
+    g = load_dataset(spec)
+    arrays = {"edge_index": np.stack(g.edge_index()), "x": g.x, "y": g.y, "train_mask": g.train_mask,
+              "val_mask": g.val_mask, "test_mask": g.test_mask, "num_classes": g.num_classes, "num_nodes": g.num_nodes}
+    arrays.update({k: getattr(g, k) for k in ("edge_weight", "edge_attr") if getattr(g, k) is not None})
+    tmp = work / "graph.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, npz)  # a killed run leaves no half-written graph behind for the next one to load
+    info = {"spec": spec, "nodes": g.num_nodes, "edges": g.num_edges, "features": g.num_features}
+    info_file.write_text(json.dumps(info))
+    return f"file:{npz}", info
 
 
-# ---------------------------------------------------------------------- roofline
-def roofline(n: int, nnz: int, dims: list[int], params: int, peaks: dict) -> dict:
-    """Seconds per epoch each kind of work needs at the machine's peaks, for gnn-dist's GCN (docstring above)."""
-    bw, fl = peaks["bandwidth"], peaks["flops"]
-    sparse_bytes = dense_flops = elem_bytes = 0.0
-    for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
-        x_grad = i > 0  # the input features need no gradient
-        first = d_in * (1 + x_grad) <= 2 * d_out  # gnn_dist.nn.conv.aggregate_first, training
-        width = d_in if first else d_out
-        spmm = nnz * (4 * width + 12) + n * 4 * width
-        sparse_bytes += spmm * (1 + (x_grad or not first))  # backward product only where a gradient flows
-        dense_flops += 2 * n * d_in * d_out * (2 + x_grad)  # forward, weight gradient, input gradient
-        elem_bytes += 8 * n * d_in * (2 if i == 0 else 4)  # dropout (in, and out for hidden); relu in, out
-        elem_bytes += 8 * n * d_out * 2  # bias add, and its gradient
-    return {"sparse products": sparse_bytes / bw, "dense products": dense_flops / fl,
-            "elementwise and dropout": elem_bytes / bw, "exchange": 0.0, "optimizer": 16 * 7 * params / bw}
+def edge_index_fits(info: dict, hidden: int, device: str) -> tuple[bool, str]:
+    """PyG's edge_index path holds a few edges x hidden float tensors (messages, their gradients): about 3 of
+    them at once measured on the 1M-node graph (20.7 GB peak for 16M edges at width 128). On CUDA they live
+    in the GPU's memory, so its free memory decides, not the host's."""
+    need = 3 * info["edges"] * hidden * 4 + info["nodes"] * info["features"] * 4
+    if device == "cuda":
+        import torch
 
+        avail, where = torch.cuda.mem_get_info()[0], "free on the GPU"
+    else:
+        import psutil
 
-SPMM_SCOPE = "gnn_dist.spmm"  # the profile child wraps every sparse product in this record
-
-
-def kind_of(event) -> str:
-    """The kind of work a profiled operator does: by the scope it runs in (a sparse product's aten::mm is
-    told from a dense one by its caller), else by its own name."""
-    scope = event
-    while scope is not None:
-        if scope.name == SPMM_SCOPE:
-            return "sparse products"
-        if scope.name.startswith("Optimizer."):
-            return "optimizer"
-        scope = scope.cpu_parent
-    op = event.name
-    if any(k in op for k in ("all_to_all", "alltoall", "all_reduce", "allreduce", "gloo", "nccl", "record_param_comms")):
-        return "exchange"
-    if re.search(r"aten::(mm|addmm|bmm|matmul|linear)$", op):
-        return "dense products"
-    if op.startswith("aten::") or "Dropout" in op:
-        return "elementwise and dropout"
-    return "other"
-
-
-def scoped_spmm():
-    """Wrap the sparse products the layers call in a profiler record (this process only)."""
-    import torch
-
-    from gnn_dist.graph import local
-    from gnn_dist.nn import message_passing
-
-    plain = local.spmm
-
-    def spmm(a, x, *args, **kwargs):
-        with torch.profiler.record_function(SPMM_SCOPE):
-            return plain(a, x, *args, **kwargs)
-
-    message_passing.spmm = spmm
-
-
-def profile_child(part_dir: str, epochs: int, hidden: int, model: str, device: str) -> None:
-    """gnn-dist at P=1: time per kind of work over `epochs` profiled epochs, per epoch, beside `epochs` timed
-    ones without the profiler. CPU: each operator's own CPU time (the wall's rest, Python between
-    operators, is other). CUDA: each operator's own kernels' device time, from the GPU's activity records,
-    which the profiler's host overhead does not stretch (its wall does: 35x the timed epoch on an H200)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from gnn_dist.graph.load import load_partition
-    from gnn_dist.nn import build_model
-    from gnn_dist.runtime.launch import init
-    from gnn_dist.train.node import Trainer
-
-    scoped_spmm()
-    ctx = init(backend=None if device == "cuda" else "gloo", expected_world=1)
-    graph = load_partition(part_dir, ctx, verify=False)
-    torch.manual_seed(0)
-    net = build_model(model, graph.num_features, hidden, graph.num_classes, layers=2, dropout=0.5)
-    trainer = Trainer(net, graph, ctx, progress=False, eval_every=0)
-    trainer.train_epoch(0)  # warm-up: kernels compile, caches fill
-    cuda = ctx.device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-
-    def run_epochs() -> float:
-        sync()
-        t = time.perf_counter()
-        for e in range(1, epochs + 1):
-            trainer.train_epoch(e)
-        sync()
-        return (time.perf_counter() - t) / epochs
-
-    timed = run_epochs()
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-        wall = run_epochs()
-    kinds = device_kinds(prof.events()) if cuda else cpu_kinds(prof.events(), wall * epochs)
-    params = sum(p.numel() for p in net.parameters())
-    print("RESULT " + json.dumps({"wall": wall, "timed": timed, "device": cuda,
-                                  "kinds": {k: v / epochs for k, v in kinds.items()}, "n": graph.num_inner,
-                                  "nnz": graph.num_edges, "dims": [graph.num_features, hidden, graph.num_classes],
-                                  "params": params}))
-    ctx.close()
-
-
-def cpu_kinds(events, wall: float) -> dict:
-    """Seconds of each operator's own CPU time by kind; the rest of `wall` (Python between operators) is other."""
-    kinds = dict.fromkeys(KINDS, 0.0)
-    for ev in events:
-        kinds[kind_of(ev)] += ev.self_cpu_time_total / 1e6
-    kinds["other"] += max(0.0, wall - sum(kinds.values()))
-    return kinds
-
-
-def device_kinds(events) -> dict:
-    """Seconds of device time by kind: each host operator's own kernels (self device time), by the operator's
-    kind; a kernel no operator launched (e.g. a Triton kernel started from Python) by its own name.
-
-    The kernels appear twice in the profiler's events, as device events and in their operator's kernel
-    list: operators are classified with theirs, and device events only where no operator listed them."""
-    from collections import Counter
-
-    from torch.autograd import DeviceType
-
-    kinds = dict.fromkeys(KINDS, 0.0)
-    claimed = Counter()
-    for ev in events:
-        if ev.device_type == DeviceType.CPU:
-            kinds[kind_of(ev)] += ev.self_device_time_total / 1e6
-            claimed.update(k.name for k in ev.kernels)
-    for ev in events:
-        if ev.device_type != DeviceType.CPU:
-            if claimed[ev.name] > 0:
-                claimed[ev.name] -= 1
-            else:
-                kinds[kernel_kind(ev.name)] += ev.self_device_time_total / 1e6
-    return kinds
-
-
-def kernel_kind(name: str) -> str:
-    """The kind of work of a kernel no operator launched, by its name."""
-    low = name.lower()
-    if "dropout" in low:
-        return "elementwise and dropout"
-    if any(k in low for k in ("encode", "decode", "codec", "nccl", "memcpy")):
-        return "exchange"
-    return "other"
+        avail, where = psutil.virtual_memory().available, "available"
+    return need < 0.8 * avail, f"needs about {need / 2**30:.1f} GiB, {avail / 2**30:.1f} GiB {where}"
 
 
 # -------------------------------------------------------------------- partition
@@ -240,17 +116,110 @@ def run_partition(me: list[str], spec: str, parts: int, out: Path) -> dict:
     return result
 
 
-def edge_index_fits(spec: str, hidden: int) -> tuple[bool, str]:
-    """PyG's edge_index path holds a few edges x hidden float tensors (messages, their gradients): about 3 of
-    them at once measured on the 1M-node graph (20.7 GB peak for 16M edges at width 128)."""
-    import psutil
+# ------------------------------------------------------------------------ rows
+class Bench:
+    """One run's rows, printed as each finishes, over one working folder (graph, partitions, results)."""
 
-    from gnn_dist.data import load_dataset
+    def __init__(self, a: argparse.Namespace, work: Path):
+        self.a, self.work = a, work
+        self.me = [sys.executable, str(Path(__file__).resolve())]
+        self.common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--device", a.device]
+        self.mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+        self.spec, self.info = prepare_graph(a.dataset, work)
+        self.results = work / "results.json"  # PyG adj_t's row, for a later `rest` run's ratio column
+        self.base: float | None = None
+        self.failed: list[str] = []
 
-    g = load_dataset(spec)
-    need = 3 * g.num_edges * hidden * 4 + g.num_nodes * g.num_features * 4
-    avail = psutil.virtual_memory().available
-    return need < 0.8 * avail, f"needs about {need / 2**30:.1f} GiB, {avail / 2**30:.1f} GiB available"
+    def header(self) -> None:
+        a = self.a
+        print(f"\n{a.dataset}, {a.model}, 2 layers, hidden {a.hidden}, {a.epochs} timed epochs, {os.cpu_count()} cores, "
+              f"{a.device}")
+        print(f"{'configuration':<16} {'epoch s':>8} {'vs PyG adj_t':>12} {'peak RSS/rank MB':>22} "
+              f"{'partition s':>11} {'partition peak MB':>17} {'estimate MB':>11}", flush=True)
+
+    def partition(self, p: int) -> tuple[Path, dict]:
+        """P parts in the working folder, made once (a folder without its result is made again)."""
+        d, res = self.work / f"p{p}", self.work / f"p{p}.json"
+        if not res.exists():
+            shutil.rmtree(d, ignore_errors=True)
+            res.write_text(json.dumps(run_partition(self.me, self.spec, p, d)))
+        return d, json.loads(res.read_text())
+
+    def row(self, name: str, cmd: list[str], env: dict, part: dict | None = None) -> dict | None:
+        """Run one configuration and print its row; a failure is a note (and the exit status), not the end."""
+        try:
+            r = _result(cmd, env)
+        except SystemExit as e:
+            self.failed.append(name)
+            print(f"note: {name} failed: {str(e).strip().splitlines()[-1]}", flush=True)
+            print(str(e), file=sys.stderr, flush=True)
+            return None
+        rss = "/".join(f"{m:.0f}" for m in r["rss_mb"])
+        base = self.base or (r["epoch_s"] if name == "PyG adj_t" else None)
+        ratio = f"{r['epoch_s'] / base:>12.2f}" if base else f"{'-':>12}"
+        cells = (f"{part['seconds']:>11.1f} {part['rss_mb']:>17.0f} {part['estimate_mb']:>11.0f}" if part else
+                 f"{'-':>11} {'-':>17} {'-':>11}")
+        print(f"{name:<16} {r['epoch_s']:>8.3f} {ratio} {rss:>22} {cells}", flush=True)
+        if self.a.device == "cuda" and "placement" in r:
+            print(f"note: {name}: {r['placement']}", flush=True)
+        return r
+
+    def pyg(self, kind: str) -> dict | None:
+        return self.row(f"PyG {kind}", self.me + ["--pyg", kind, "--dataset", self.spec] + self.common,
+                        huge_pages(self.partition(1)[0], self.a.hidden))
+
+    def gnn_dist(self, p: int) -> dict | None:
+        d, part = self.partition(p)
+        return self.row(f"gnn-dist P={p}", [self.mpiexec, "-n", str(p)] + self.me + ["--worker", str(d)] + self.common,
+                        huge_pages(d, self.a.hidden), part)
+
+    def adj_t(self) -> None:
+        """PyG adj_t's row, the base of every ratio: measured, or a `goal` run's in the same folder."""
+        if self.results.exists():
+            self.base = json.loads(self.results.read_text())["epoch_s"]
+            print(f"{'PyG adj_t':<16} {self.base:>8.3f} {1:>12.2f}   (measured by the goal stage, same --workdir)",
+                  flush=True)
+            return
+        r = self.pyg("adj_t")
+        if r is not None:
+            self.base = r["epoch_s"]
+            self.results.write_text(json.dumps({"epoch_s": self.base}))
+
+    def goal(self) -> None:
+        """PyG adj_t, gnn-dist P=1 and the line that compares them (issue 39's goal)."""
+        self.adj_t()
+        p1 = self.gnn_dist(1)
+        if self.base and p1:
+            ratio = p1["epoch_s"] / self.base
+            print(f"goal: gnn-dist P=1 epoch <= {GOAL}x PyG adj_t's ({self.a.device}): measured {ratio:.2f}x "
+                  f"({p1['epoch_s']:.4f} s against {self.base:.4f} s), {'met' if ratio <= GOAL else 'missed'}",
+                  flush=True)
+
+    def rest(self, ranks: list[int]) -> None:
+        """PyG edge_index where it fits, gnn-dist at the other P, the machine's peaks, the P=1 breakdown."""
+        a = self.a
+        if self.base is None:
+            self.adj_t()
+        fits, why = (False, "left out (--skip-edge-index)") if a.skip_edge_index else \
+            edge_index_fits(self.info, a.hidden, a.device)
+        if fits:
+            self.pyg("edge_index")
+        else:
+            print(f"note: PyG edge_index skipped: {why}", flush=True)
+        for p in ranks:
+            if p != 1:
+                self.gnn_dist(p)
+        d = self.partition(1)[0]
+        try:
+            prof = _result(self.me + ["--profile", str(d)] + self.common, huge_pages(d, a.hidden))
+        except SystemExit as e:
+            self.failed.append("profile")
+            print(f"note: the P=1 profile failed\n{e}", file=sys.stderr, flush=True)
+            prof = None
+        peaks = machine_peaks(a.device, a.peak_copy_mb, a.peak_matmul)
+        print_peaks(peaks)
+        if prof is not None and a.model == "gcn":
+            print_breakdown(prof, peaks)
 
 
 # ------------------------------------------------------------------------ main
@@ -260,11 +229,15 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--model", default="gcn")
-    ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--ranks", default="1,2,4", help="gnn-dist's P (P=1 always runs: the goal compares it)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: PyG adj_t and gnn-dist on the GPU (ranks share it where they outnumber GPUs), "
                          "roofline against its peaks")
+    ap.add_argument("--stage", default="all", choices=["all", "goal", "rest"])
+    ap.add_argument("--workdir", default=None, help="keep the graph, partitions and PyG adj_t's result here")
     ap.add_argument("--skip-edge-index", action="store_true", help="leave out PyG's edge_index row")
+    ap.add_argument("--peak-copy-mb", type=int, default=512, help="size of the bandwidth peak's copy")
+    ap.add_argument("--peak-matmul", type=int, default=4096, help="side of the flops peak's matmul")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--profile", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--pyg", default=None, choices=["adj_t", "edge_index"], help=argparse.SUPPRESS)
@@ -280,68 +253,19 @@ def main() -> None:
     if a.partition_child:
         return partition_child(a.dataset, a.partition_child, a.out)
 
-    me = [sys.executable, str(Path(__file__).resolve())]
-    common = ["--epochs", str(a.epochs), "--hidden", str(a.hidden), "--model", a.model, "--device", a.device]
-    rows, notes = {}, []
-    fits, why = (False, "left out (--skip-edge-index)") if a.skip_edge_index else edge_index_fits(a.dataset, a.hidden)
-    if not fits:
-        notes.append(f"PyG edge_index skipped: {why}")
-    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     ranks = [int(x) for x in a.ranks.split(",")]
-    parts: dict[int, dict] = {}
-    prof = None
-    with tempfile.TemporaryDirectory() as tmp:
-        for p in ranks:
-            parts[p] = run_partition(me, a.dataset, p, Path(tmp) / f"p{p}")
-        pyg_env = huge_pages(Path(tmp) / f"p{min(ranks)}", a.hidden)
-        for kind in ("edge_index", "adj_t") if fits else ("adj_t",):
-            rows[f"PyG {kind}"] = _result(me + ["--pyg", kind, "--dataset", a.dataset] + common, pyg_env)
-        for p in ranks:
-            d = Path(tmp) / f"p{p}"
-            rows[f"gnn-dist P={p}"] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d)] + common,
-                                              huge_pages(d, a.hidden))
-            if p == 1:
-                prof = _result(me + ["--profile", str(d)] + common, huge_pages(d, a.hidden))
-    peaks = machine_peaks(a.device)
-    print_tables(a, rows, parts, notes, peaks, prof)
-
-
-def print_tables(a, rows: dict, parts: dict, notes: list, peaks: dict, prof: dict | None) -> None:
-    base = rows["PyG adj_t"]["epoch_s"]
-    print(f"\n{a.dataset}, {a.model}, 2 layers, hidden {a.hidden}, {a.epochs} timed epochs, {os.cpu_count()} cores, "
-          f"{a.device}")
-    print(f"{'configuration':<16} {'epoch s':>8} {'vs PyG adj_t':>12} {'peak RSS/rank MB':>22} "
-          f"{'partition s':>11} {'partition peak MB':>17} {'estimate MB':>11}")
-    for name, r in rows.items():
-        rss = "/".join(f"{m:.0f}" for m in r["rss_mb"])
-        p = parts.get(int(name.split("=")[1])) if name.startswith("gnn") else None
-        cells = (f"{p['seconds']:>11.1f} {p['rss_mb']:>17.0f} {p['estimate_mb']:>11.0f}" if p else
-                 f"{'-':>11} {'-':>17} {'-':>11}")
-        print(f"{name:<16} {r['epoch_s']:>8.3f} {r['epoch_s'] / base:>12.2f} {rss:>22} {cells}")
-    for name, r in rows.items():
-        if a.device == "cuda" and "placement" in r:
-            notes.append(f"{name}: {r['placement']}")
-    for line in notes:
-        print(f"note: {line}")
-    print(f"\nmachine peaks (measured here): memory bandwidth {peaks['bandwidth'] / 1e9:.1f} GB/s, dense fp32 "
-          f"{peaks['flops'] / 1e9:.0f} GFLOP/s")
-    if prof is None or a.model != "gcn":
-        return
-    roof = roofline(prof["n"], prof["nnz"], prof["dims"], prof["params"], peaks)
-    what = "device time (the GPU's kernel records)" if prof["device"] else "CPU time (torch profiler, own time per operator)"
-    print(f"\ngnn-dist P=1 epoch by kind of work ({prof['n']} nodes, {prof['nnz']} edges): {what} per epoch; "
-          f"timed epoch {prof['timed']:.4f} s, profiled epoch's wall {prof['wall']:.4f} s")
-    print(f"{'kind':<26} {'measured s':>10} {'roofline s':>10} {'x roofline':>10}")
-    for kind in KINDS:
-        m, r = prof["kinds"][kind], roof.get(kind)
-        ratio = f"{m / r:>10.1f}" if r else f"{'-':>10}"
-        print(f"{kind:<26} {m:>10.4f} {r if r is not None else float('nan'):>10.4f} {ratio}")
-    total = sum(roof.values())
-    if prof["device"]:
-        busy = sum(prof["kinds"].values())
-        print(f"{'device busy (sum)':<26} {busy:>10.4f} {total:>10.4f} {busy / total:>10.1f}")
-        print(f"{'GPU idle in timed epoch':<26} {max(0.0, prof['timed'] - busy):>10.4f} {'-':>10} {'-':>10}")
-    print(f"{'epoch (timed)':<26} {prof['timed']:>10.4f} {total:>10.4f} {prof['timed'] / total:>10.1f}")
+    with contextlib.ExitStack() as stack:
+        if a.workdir:
+            Path(a.workdir).mkdir(parents=True, exist_ok=True)
+        work = Path(a.workdir or stack.enter_context(tempfile.TemporaryDirectory()))
+        bench = Bench(a, work)
+        bench.header()
+        if a.stage in ("all", "goal"):
+            bench.goal()
+        if a.stage in ("all", "rest"):
+            bench.rest(ranks)
+    if bench.failed:
+        sys.exit(f"failed rows: {', '.join(bench.failed)}")
 
 
 if __name__ == "__main__":

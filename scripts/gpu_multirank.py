@@ -6,10 +6,11 @@ Partitions the graph for each P, trains `mpiexec -n P gnn-dist train --dropout 0
 draws per rank, so only a run without it can equal P=1) with only the first GPU visible, so P > 1 takes
 the host-staged path, and prints one table: the line rank 0 printed about its placement, the median
 epoch (the first left out: start-up), its ratio to P=1, and the largest absolute and relative
-difference of the per-epoch losses from P=1's. The last lines check issue 31's goals: P > 1 within
-rtol 1e-5, atol 1e-6 of P=1, and P=4's epoch under 3x P=1's. `--device cpu` runs the same on the CPU
-with every collective staged through host buffers (GNN_DIST_STAGE_HOST=1), to try the script anywhere.
-Exit status 1 if a goal is missed.
+difference of the per-epoch losses from P=1's, each row as soon as its run ends. The last lines check
+issue 31's goals: P > 1 within rtol 1e-5, atol 1e-6 of P=1, and P=4's epoch under 3x P=1's. `--device
+cpu` runs the same on the CPU with every collective staged through host buffers (GNN_DIST_STAGE_HOST=1),
+to try the script anywhere. Exit status 1 if the losses differ (a bug); a slow P=4 is a figure, reported
+as missed in its goal line but not in the exit status (a shared or oversubscribed machine makes it so).
 """
 from __future__ import annotations
 
@@ -58,33 +59,31 @@ def main() -> None:
     first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
     env = {"CUDA_VISIBLE_DEVICES": first} if a.device == "cuda" else {"GNN_DIST_STAGE_HOST": "1"}
     ranks = [int(x) for x in a.ranks.split(",")]
-    rows = {}
+    print(f"\n{a.dataset}, GCN, hidden {a.hidden}, dropout 0, {a.epochs} epochs, {a.device} (one device shared), "
+          f"{os.cpu_count()} cores")
+    print(f"{'P':>2} {'epoch s':>9} {'x P=' + str(ranks[0]):>7} {'max |dloss|':>12} {'max rel':>9}  placement", flush=True)
+    close, epochs, base_loss, worst = True, {}, None, 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for p in ranks:
             part = Path(tmp) / f"p{p}"
             run([sys.executable, "-m", "gnn_dist", "partition", "--dataset", a.dataset, "--parts", str(p),
                  "--out", str(part)], {})
-            rows[p] = train(part, p, Path(tmp) / f"p{p}.jsonl", a, env)
-    base_loss = np.array([r["loss"] for r in rows[ranks[0]][1]])
-    base_epoch = float(np.median([r["epoch_time"] for r in rows[ranks[0]][1][1:]]))
-    print(f"\n{a.dataset}, GCN, hidden {a.hidden}, dropout 0, {a.epochs} epochs, {a.device} (one device shared), "
-          f"{os.cpu_count()} cores")
-    print(f"{'P':>2} {'epoch s':>9} {'x P=' + str(ranks[0]):>7} {'max |dloss|':>12} {'max rel':>9}  placement")
-    ok = True
-    for p, (note, recs) in rows.items():
-        loss = np.array([r["loss"] for r in recs])
-        epoch = float(np.median([r["epoch_time"] for r in recs[1:]]))
-        diff = np.abs(loss - base_loss)
-        close = bool(np.all(diff <= 1e-6 + 1e-5 * np.abs(base_loss)))
-        ok &= close
-        print(f"{p:>2} {epoch:>9.4f} {epoch / base_epoch:>7.2f} {diff.max():>12.3e} "
-              f"{(diff / np.abs(base_loss)).max():>9.2e}  {note}")
-    print(f"goal: P>1 losses within rtol 1e-5, atol 1e-6 of P={ranks[0]}: {'met' if ok else 'NOT met'}")
-    if 4 in rows:
-        ratio = float(np.median([r["epoch_time"] for r in rows[4][1][1:]])) / base_epoch
-        ok &= ratio < 3
-        print(f"goal: P=4 epoch under 3x P={ranks[0]}'s: {ratio:.2f}x, {'met' if ratio < 3 else 'NOT met'}")
-    sys.exit(0 if ok else 1)
+            note, recs = train(part, p, Path(tmp) / f"p{p}.jsonl", a, env)
+            loss = np.array([r["loss"] for r in recs])
+            epochs[p] = float(np.median([r["epoch_time"] for r in recs[1:]]))
+            base_loss = loss if base_loss is None else base_loss
+            diff = np.abs(loss - base_loss)
+            worst = max(worst, float(diff.max()))
+            close &= bool(np.all(diff <= 1e-6 + 1e-5 * np.abs(base_loss)))
+            print(f"{p:>2} {epochs[p]:>9.4f} {epochs[p] / epochs[ranks[0]]:>7.2f} {diff.max():>12.3e} "
+                  f"{(diff / np.abs(base_loss)).max():>9.2e}  {note}", flush=True)
+    print(f"goal: P>1 losses within rtol 1e-5, atol 1e-6 of P={ranks[0]} ({a.device}): measured largest |dloss| "
+          f"{worst:.3e}, {'met' if close else 'missed'}")
+    if 4 in epochs:
+        ratio = epochs[4] / epochs[ranks[0]]
+        print(f"goal: P=4 epoch under 3x P={ranks[0]}'s ({a.device}): measured {ratio:.2f}x, "
+              f"{'met' if ratio < 3 else 'missed'}", flush=True)
+    sys.exit(0 if close else 1)
 
 
 if __name__ == "__main__":
