@@ -58,6 +58,39 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(f"  {n} {test}")
 
 
+# GNN_DIST_REQUIRE_GPU=N (scripts/gpu_check.sh sets it; N >= 1 GPUs on the machine): a test skipped for want of
+# a GPU, CUDA, NCCL or Triton fails instead, so a GPU check whose GPU tests all skipped cannot pass. Other skips
+# (numba, dgl) stay skips, and so does one that "needs K GPUs" for K > N (a P=2 NCCL run on one GPU).
+GPU_SKIP = re.compile(r"cuda|gpu|nccl|triton", re.IGNORECASE)
+MORE_GPUS = re.compile(r"needs (\d+) GPUs")
+
+
+def _required_gpu_missing(report) -> None:
+    """Turn a skipped report whose reason names the GPU stack into a failure carrying that reason."""
+    required = os.environ.get("GNN_DIST_REQUIRE_GPU", "")
+    if not required.isdigit() or int(required) < 1 or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    more = MORE_GPUS.search(reason)
+    if GPU_SKIP.search(reason) and not (more and int(more.group(1)) > int(required)):
+        report.outcome = "failed"
+        report.longrepr = f"GNN_DIST_REQUIRE_GPU={required}, but this skipped: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Skips in a test's setup (skipif marks, fixtures) and body."""
+    outcome = yield
+    _required_gpu_missing(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Skips of a whole module while it is collected (a module-level importorskip or skip)."""
+    outcome = yield
+    _required_gpu_missing(outcome.get_result())
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `python -m gnn_dist ARGS` as a user would, capturing both streams."""
     e = dict(os.environ, **(env or {}))
@@ -81,11 +114,11 @@ def small_sbm():
 
 @pytest.fixture(autouse=True, scope="module")
 def cpu_path(request):
-    """Every test module but tests/test_gpu.py means the CPU path: the processes its tests and its module
+    """Every test module but tests/test_gpu*.py means the CPU path: the processes its tests and its module
     fixtures launch see no GPU, so a visible one changes nothing for them (the launcher would otherwise
     pick NCCL or the host-staged GPU path). Module scope: set before the module's own fixtures launch.
-    In-process code picks no device on its own; tests/test_gpu.py chooses its devices itself."""
-    if request.node.path.name == "test_gpu.py":
+    In-process code picks no device on its own; tests/test_gpu*.py choose their devices themselves."""
+    if request.node.path.name in ("test_gpu.py", "test_gpu_ranks.py"):
         yield
         return
     with pytest.MonkeyPatch.context() as mp:

@@ -1,4 +1,4 @@
-"""Run under mpiexec by tests/test_gpu.py: typed and dynamic models on the device this launch places ranks on.
+"""Run under mpiexec by tests/test_gpu_ranks.py: typed and dynamic models on the device this launch places ranks on.
 
 Usage: mpiexec -n P python tests/device_worker.py OUT DEVICE TYPED_PART DYNAMIC_PART WINDOW
 DEVICE cuda: the launcher's own choice (ranks sharing one GPU: host-staged); cpu: gloo on the CPU.

@@ -38,10 +38,14 @@ def tk():
 
 @pytest.fixture()
 def on_triton(tk, monkeypatch):
-    """Route the codec's and keyed dropout's CUDA dispatch to the interpreted kernels, for CPU tensors."""
+    """Route the codec's and keyed dropout's CUDA dispatch to the interpreted kernels, for CPU tensors; the test
+    fails (at teardown) if no Triton kernel ran, so a comparison cannot pass on torch's or numba's path."""
     monkeypatch.setattr(codec, "_triton", lambda x: True)
     monkeypatch.setattr(dropout, "_keyed_on_gpu", lambda x: True)
     monkeypatch.setattr(kernels, "triton", lambda: tk)
+    before = sum(tk.LAUNCHES.values())
+    yield
+    assert sum(tk.LAUNCHES.values()) > before, "no Triton kernel ran: the test compared another path with itself"
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -62,6 +66,7 @@ def _rows(n: int, w: int, seed: int) -> torch.Tensor:
 
 def test_tables_agree(tk):
     assert tk.DITHER_TABLE == kernels.load().DITHER_TABLE
+    assert tk.BITS == codec.INT_BITS
 
 
 @pytest.mark.parametrize("w", [1, 7, 37, 128])
@@ -70,7 +75,9 @@ def test_keyed_dropout_draws_numbas_mask_and_products(tk, on_triton, w):
     x = torch.randn(n, w, generator=torch.Generator().manual_seed(w))
     ids = torch.randperm(10**6)[:n] * 5000  # ids * width beyond 2^32: the hash sees the low 32 bits alike
     for key, p in ((2**63 + 12345, 0.4), (7, 0.9)):
+        launched = tk.LAUNCHES[tk._variant("keyed_dropout")]
         got = dropout.keyed_dropout(x, ids, p, key)  # through the CUDA dispatch, onto the interpreted kernel
+        assert tk.LAUNCHES[tk._variant("keyed_dropout")] == launched + 1  # Triton drew it, not torch's form
         want = torch.empty_like(x)
         kernels.load().keyed_dropout_rows(0, n, x.numpy(), want.numpy(), ids.numpy(), dropout._drop_below(p),
                                           1.0 / (1.0 - p), np.uint64(key))
@@ -186,33 +193,123 @@ def test_rows_of_signed_zeros_and_infinities_decode_alike(tk):
 
 
 def test_compiled_kernels_round_every_operation_as_numba():
-    """Compile for sm_90 (no GPU needed: Triton carries ptxas) and read the PTX: no fused multiply-add, no approximate
-    division, every f32 product and sum rounded on its own (`.rn`, which ptxas may not contract)."""
+    """Compile for sm_90 (no GPU needed: Triton carries ptxas) every variant training can launch (`variants`: each
+    kernel at every combination of BITS, HAS_IDX and ADD), at a narrow odd width's tiles and at an aligned wide
+    one's, and read the PTX: no fused multiply-add, no approximate division, every f32 product and sum rounded
+    on its own (`.rn`, which ptxas may not contract)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("TRITON_INTERPRET=1 in the environment: nothing compiles")
     from gnn_dist.runtime import triton_kernels as tk
 
-    for ptx in _ptx(tk):
+    compiled = _ptx(tk)
+    assert {key for key, _ in compiled} == set(tk.variants())
+    for (key, width), ptx in compiled.items():
         ops = re.findall(r"^\s*(?:@!?%p\d+\s+)?((?:fma|mad|mul|add|sub|div|rcp|sqrt)\.[\w.]*f32)\b", ptx, re.M)
         bad = [op for op in ops if op.startswith(("fma", "mad", "rcp", "sqrt")) or ".rn." not in op]
-        assert ops and not bad, sorted(set(bad))
+        assert ops and not bad, (key, width, sorted(set(bad)))
 
 
-def _ptx(tk) -> list[str]:
+PTX_WIDTHS = (37, 128)  # one-warp tiles of single values (odd widths), and 16-aligned rows of 8-warp tiles
+SIGNATURES = {"keyed_dropout": {"x_ptr": "*fp32", "ids_ptr": "*i64", "out_ptr": "*fp32", "n": "i32", "w": "i32",
+                                "stride_x": "i32", "key": "i32", "drop_below": "i32", "scale": "fp32"},
+              "encode": {"x_ptr": "*fp32", "idx_ptr": "*i64", "out_ptr": "*u8", "scale_ptr": "*fp32", "n": "i32",
+                         "w": "i32", "pw": "i32", "stride_x": "i32", "key": "i32"},
+              "decode": {"rec_ptr": "*u8", "out_ptr": "*fp32", "idx_ptr": "*i64", "n": "i32", "w": "i32", "pw": "i32",
+                         "stride_o": "i32"}}
+
+
+def _tiles(tk, kernel: str, flags: dict, width: int) -> tuple[dict, int]:
+    """The tile constexprs and warps a launch at `width` gets (what the wrappers in triton_kernels compute)."""
+    if kernel == "keyed_dropout":
+        align = tk._align(width, width)
+        br, bw, chunks, warps = tk._tile(width, 1, align)
+        return {"BLOCK_R": br, "BLOCK_W": bw, "CHUNKS": chunks, "ALIGN": align}, warps
+    per = 8 // flags["BITS"]
+    pw = -(-width // per)
+    align = tk._align(width, pw, width)
+    br, bk, chunks, warps = tk._tile(width, per, align)
+    return {"BLOCK_R": br, "BLOCK_K": bk, "CHUNKS": chunks, "ALIGN": align}, warps
+
+
+def _ptx(tk) -> dict[tuple, str]:
+    """PTX of every variant at every PTX_WIDTHS tiling, by (variant, width)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
-    ints = {"n": "i32", "w": "i32", "pw": "i32"}
-    cases = [(tk._keyed_dropout_kernel, {"x_ptr": "*fp32", "ids_ptr": "*i64", "out_ptr": "*fp32", "n": "i32", "w": "i32",
-                                         "stride_x": "i32", "key": "i32", "drop_below": "i32", "scale": "fp32"},
-              {"BLOCK_R": 32, "BLOCK_W": 128, "CHUNKS": 1, "ALIGN": 4}),
-             (tk._encode_kernel, {"x_ptr": "*fp32", "idx_ptr": "*i64", "out_ptr": "*u8", "scale_ptr": "*fp32", **ints,
-                                  "stride_x": "i32", "key": "i32"},
-              {"BITS": 4, "HAS_IDX": True, "BLOCK_R": 32, "BLOCK_K": 64, "CHUNKS": 1, "ALIGN": 4}),
-             (tk._decode_kernel, {"rec_ptr": "*u8", "out_ptr": "*fp32", "idx_ptr": "*i64", **ints, "stride_o": "i32"},
-              {"BITS": 4, "HAS_IDX": True, "ADD": True, "BLOCK_R": 32, "BLOCK_K": 64, "CHUNKS": 1, "ALIGN": 4})]
-    out = []
-    for fn, sig, consts in cases:
-        src = triton.compiler.ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in consts}}, constexprs=consts)
-        out.append(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(tk.LAUNCH)).asm["ptx"])
+    out = {}
+    for key in tk.variants():
+        kernel, flags = key[0], dict(key[1])
+        for width in PTX_WIDTHS:
+            tiles, warps = _tiles(tk, kernel, flags, width)
+            consts = {**flags, **tiles}
+            sig = {**SIGNATURES[kernel], **{k: "constexpr" for k in consts}}
+            src = triton.compiler.ASTSource(fn=tk.KERNELS[kernel], signature=sig, constexprs=consts)
+            out[key, width] = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                             options=dict(tk.LAUNCH, num_warps=warps)).asm["ptx"]
     return out
+
+
+def test_every_variant_training_launches_is_one_the_ptx_check_compiles(tk, on_triton):
+    """What the codec and keyed dropout launch, as the exchange calls them (encode_split with an index, without,
+    and with records shared by several peers; decode_rows; decode_rows_add) is on `variants()`, and `variants()`
+    enumerates every code-choosing constexpr of each kernel's signature (a new flag fails here)."""
+    for kernel in tk.KERNELS:
+        assert set(tk.flag_names(kernel)) <= set(tk.FLAG_VALUES), kernel
+    before = tk.LAUNCHES.copy()
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(200, 12, generator=g)
+    names = ["int8", "int4", "int2", "int8", "int4", "int2", "fp16", "fp32"]
+    splits = [20, 15, 10, 25, 5, 10, 5, 5]
+    index = torch.randint(0, 200, (sum(splits),), generator=g)
+    nbytes = [codec.wire_bytes(r, 12, c) for r, c in zip(splits, names)]
+    buf = torch.empty(sum(nbytes), dtype=torch.uint8)
+    codec.encode_split(x[index], None, splits, names, buf, 3)
+    codec.encode_split(x, index, splits, names, buf, 3)
+    codec.encode_split(x, index, splits, names, buf, 3, torch.unique(index, return_inverse=True))
+    target = torch.zeros(200, 12)
+    for chunk, name, idx in zip(torch.split(buf, nbytes), names, torch.split(torch.randperm(200)[:sum(splits)], splits)):
+        codec.decode_rows(chunk, name, 12)
+        codec.decode_rows_add(chunk, name, 12, target, idx)
+    dropout.keyed_dropout(x, torch.arange(200), 0.5, 5)
+    launched = {key for key, count in tk.LAUNCHES.items() if count > before[key]}
+    wanted = {tk._variant("keyed_dropout")}
+    for b in codec.INT_BITS:
+        wanted |= {tk._variant("encode", BITS=b, HAS_IDX=True), tk._variant("encode", BITS=b, HAS_IDX=False),
+                   tk._variant("decode", BITS=b, HAS_IDX=False, ADD=False),
+                   tk._variant("decode", BITS=b, HAS_IDX=True, ADD=True)}
+    assert launched == wanted and launched <= set(tk.variants())
+
+
+def test_per_call_integers_compile_no_new_variant():
+    """Row counts and keys change from call to call: Triton must not specialise on them (a value of 1 or a
+    multiple of 16 would otherwise compile another variant mid-training)."""
+    from gnn_dist.runtime import triton_kernels as tk
+
+    per_call = {"keyed_dropout": {"n", "key", "drop_below"}, "encode": {"n", "key"}, "decode": {"n"}}
+    for kernel, names in per_call.items():
+        assert names <= set(tk.KERNELS[kernel].do_not_specialize), kernel
+
+
+def test_triton_version_read_from_the_module(monkeypatch):
+    """torch's wheels install the module `triton` as the distribution pytorch-triton, with no `triton` package
+    metadata: triton_available reads the module's __version__ and never raises PackageNotFoundError."""
+    import importlib.machinery
+    import importlib.metadata
+    import sys
+    import types
+
+    fake = types.ModuleType("triton")
+    fake.__spec__ = importlib.machinery.ModuleSpec("triton", None)
+
+    def no_metadata(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", no_metadata)
+    monkeypatch.setitem(sys.modules, "triton", fake)
+    try:
+        for version, usable in (("3.6.0+git96316ce5", True), ("3.7.1", True), ("3.5.1", False), ("2.2.0", False)):
+            fake.__version__ = version
+            kernels.triton_available.cache_clear()
+            assert kernels.triton_available() is usable, version
+    finally:
+        kernels.triton_available.cache_clear()

@@ -75,13 +75,20 @@ def _compile_meter(listener: type) -> type:
 
 @functools.cache
 def triton_available() -> bool:
-    """triton TRITON_MIN or newer is installed (its kernels compile for the device on their first launch, a
-    second or two each)."""
+    """triton TRITON_MIN or newer can be imported (its kernels compile for the device on their first launch, a
+    second or two each).
+
+    The version comes from the module, not from package metadata: torch's wheels bring Triton as the
+    distribution `pytorch-triton` (or `pytorch-triton-rocm`), which has no `triton` metadata to read.
+    Asked only for CUDA tensors, so importing triton here costs a CPU-only process nothing.
+    """
     if importlib.util.find_spec("triton") is None:
         return False
-    from importlib.metadata import version
-
-    return tuple(int(p) for p in re.findall(r"\d+", version("triton"))[:2]) >= TRITON_MIN
+    try:
+        import triton
+    except Exception:  # a broken install (e.g. no driver libraries it needs): CUDA tensors take torch's path
+        return False
+    return tuple(int(p) for p in re.findall(r"\d+", getattr(triton, "__version__", "0"))[:2]) >= TRITON_MIN
 
 
 def triton():

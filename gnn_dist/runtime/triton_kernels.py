@@ -28,7 +28,10 @@ or by the tests, which load it with TRITON_INTERPRET=1 to run it on CPU tensors.
 """
 from __future__ import annotations
 
+import collections
 import importlib.util
+import inspect
+import itertools
 import os
 from types import ModuleType
 
@@ -44,6 +47,10 @@ MAX_BLOCK_W = 2048  # widest column chunk a program takes at once; wider rows lo
 MAX_BLOCK_R = 256  # most rows per program (narrow rows)
 NARROW_TILE = 512  # values per one-warp program where Triton cannot vectorise a narrow row (`_tile`)
 LAUNCH = {"enable_fp_fusion": False}  # numba's arithmetic: no a * b + c contracted into an FMA
+BITS = (8, 4, 2)  # codec.INT_BITS, the widths a code may have (tests/test_triton_kernels.py holds them equal)
+# Launches by variant, (kernel, ((flag, value), ...)): what the tests read to know that Triton, not torch's
+# path, ran (tests/test_gpu.py), and that every variant launched is one the PTX check compiled (`variants`).
+LAUNCHES: collections.Counter = collections.Counter()
 
 
 @triton.jit
@@ -183,7 +190,7 @@ def _encode_kernel(x_ptr, idx_ptr, out_ptr, scale_ptr, n, w, pw, stride_x, key,
     tl.store(scale_ptr + rows, scale, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])  # a new row count must not compile a new variant
 def _decode_kernel(rec_ptr, out_ptr, idx_ptr, n, w, pw, stride_o,
                    BITS: tl.constexpr, HAS_IDX: tl.constexpr, ADD: tl.constexpr,
                    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr):
@@ -239,6 +246,36 @@ def _align(*ints: int) -> int:
     return a
 
 
+KERNELS = {"keyed_dropout": _keyed_dropout_kernel, "encode": _encode_kernel, "decode": _decode_kernel}
+TILING = ("BLOCK_R", "BLOCK_W", "BLOCK_K", "CHUNKS", "ALIGN")  # constexprs that size a tile; the rest choose code
+FLAG_VALUES = {"BITS": BITS, "HAS_IDX": (False, True), "ADD": (False, True)}
+
+
+def _variant(kernel: str, **flags) -> tuple:
+    """A launch's variant key: the kernel and its code-choosing constexprs, in a fixed order."""
+    return kernel, tuple(sorted(flags.items()))
+
+
+def variants() -> list[tuple]:
+    """Every variant key a launch can have: each kernel at every combination of its code-choosing constexprs
+    (all of FLAG_VALUES, not only those the codec asks for today), so that compiling each of these (the PTX
+    check, tests/test_triton_kernels.py) covers whatever training compiles; tile sizes vary with the width
+    and only change how much of a row a program holds, not which operations it runs."""
+    out = []
+    for kernel in KERNELS:
+        names = sorted(flag_names(kernel))
+        out += [_variant(kernel, **dict(zip(names, values)))
+                for values in itertools.product(*(FLAG_VALUES[n] for n in names))]
+    return out
+
+
+def flag_names(kernel: str) -> list[str]:
+    """The kernel's code-choosing constexpr parameters, read from its signature (a new flag must be listed in
+    FLAG_VALUES, or `variants` fails)."""
+    params = inspect.signature(KERNELS[kernel].fn).parameters.values()  # (jit and interpreted alike)
+    return [p.name for p in params if p.annotation in ("tl.constexpr", tl.constexpr) and p.name not in TILING]
+
+
 def _bits32(value: int) -> int:
     """The low 32 bits of value as a signed int32 (one kernel signature for every key; bitcast back inside)."""
     v = value & 0xFFFFFFFF
@@ -255,6 +292,7 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, drop_below: int, scale: fl
         return out
     align = _align(w, x.stride(0))
     br, bw, chunks, warps = _tile(w, 1, align)
+    LAUNCHES[_variant("keyed_dropout")] += 1
     _keyed_dropout_kernel[(triton.cdiv(n, br),)](x, ids, out, n, w, x.stride(0), _bits32(key), _bits32(drop_below),
                                                  float(np.float32(scale)), BLOCK_R=br, BLOCK_W=bw, CHUNKS=chunks,
                                                  ALIGN=align, num_warps=warps, **LAUNCH)
@@ -274,6 +312,7 @@ def encode_rows(x: torch.Tensor, index: torch.Tensor | None, bits: int, key: int
     pw = triton.cdiv(w, 8 // bits)
     align = _align(w, pw, x.stride(0))
     br, bk, chunks, warps = _tile(w, 8 // bits, align)
+    LAUNCHES[_variant("encode", BITS=bits, HAS_IDX=index is not None)] += 1
     _encode_kernel[(triton.cdiv(n, br),)](x, x if index is None else index, out, scale, n, w, pw, x.stride(0), _bits32(key),
                                           BITS=bits, HAS_IDX=index is not None, BLOCK_R=br, BLOCK_K=bk, CHUNKS=chunks,
                                           ALIGN=align, num_warps=warps, **LAUNCH)
@@ -293,6 +332,7 @@ def decode_rows(records: torch.Tensor, bits: int, out: torch.Tensor, index: torc
         return out
     align = _align(out.shape[1], pw, out.stride(0))
     br, bk, chunks, warps = _tile(out.shape[1], 8 // bits, align)
+    LAUNCHES[_variant("decode", BITS=bits, HAS_IDX=index is not None, ADD=add)] += 1
     _decode_kernel[(triton.cdiv(n, br),)](records, out, out if index is None else index, n, out.shape[1], pw, out.stride(0),
                                           BITS=bits, HAS_IDX=index is not None, ADD=add, BLOCK_R=br, BLOCK_K=bk,
                                           CHUNKS=chunks, ALIGN=align, num_warps=warps, **LAUNCH)
