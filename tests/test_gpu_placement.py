@@ -16,7 +16,7 @@ import torch
 from gnn_dist.runtime import gpus, placement, staging
 from gnn_dist.runtime.placement import Holder, choose
 from gnn_dist.runtime.rendezvous import Rendezvous
-from partition.errors import LaunchError, UsageError
+from partition.errors import LaunchError
 
 
 def table(*rows) -> list[Holder | None]:
@@ -116,16 +116,19 @@ def test_fraction_overrides_the_equal_share():
     assert decide(None, table(("n0", "GPU-a"), ("n0", "GPU-a")), 0, 0, 2, fraction=1.0).memory_fraction == 1.0
 
 
-def test_init_and_train_refuse_a_bad_fraction_before_any_rank_meets():
+def test_init_train_and_predict_refuse_a_bad_fraction_before_any_rank_meets(capsys):
     from gnn_dist.cli.main import build_parser
-    from gnn_dist.cli.train import check_args
     from gnn_dist.runtime.launch import init
 
     with pytest.raises(LaunchError, match=r"--gpu-memory-fraction must be in \(0, 1\]"):
         init(gpu_memory_fraction=2.0)  # raises before any rendezvous: no MPI needed
-    args = build_parser().parse_args(["train", "--partition", "p", "--gpu-memory-fraction", "0"])
-    with pytest.raises(UsageError, match=r"--gpu-memory-fraction must be in \(0, 1\], got 0.0"):
-        check_args(args)
+    for command in (["train"], ["predict", "--model-file", "m", "--out", "o"]):  # refused as parsed: one line
+        for bad, why in (("0", "must be in (0, 1]"), ("nan", "must be in (0, 1]"), ("abc", "must be a number")):
+            with pytest.raises(SystemExit) as e:
+                build_parser().parse_args([*command, "--partition", "p", "--gpu-memory-fraction", bad])
+            assert e.value.code == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"argument --gpu-memory-fraction: {why}" in err, err
     assert build_parser().parse_args(["predict", "--partition", "p", "--model-file", "m", "--out", "o",
                                       "--gpu-memory-fraction", "0.5"]).gpu_memory_fraction == 0.5
 

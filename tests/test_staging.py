@@ -2,7 +2,7 @@
 
 The staged path (device tensors through host buffers over gloo or MPI) is device-agnostic: on a CPU
 run, GNN_DIST_STAGE_HOST=1 stages CPU tensors through separate host buffers, so CI proves it gives
-the bits the direct path gives. tests/test_gpu.py runs it on a real shared GPU.
+the bits the direct path gives. tests/test_gpu_ranks.py runs it on a real shared GPU.
 """
 from __future__ import annotations
 

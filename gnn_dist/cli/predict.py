@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from gnn_dist.cli.train import add_gpu_memory_flag
+from gnn_dist.cli.launch_flags import add_gpu_memory_flag
 from partition.errors import UsageError
 
 OUTPUTS = ("logits", "probs", "labels", "embeddings")

@@ -7,6 +7,7 @@ import sys
 from gnn_dist import progress
 from gnn_dist.cli import cost_report
 from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config, stale_flags
+from gnn_dist.cli.launch_flags import add_launch_flags
 from partition.errors import GnnDistError, MissingExtraError, UsageError
 
 
@@ -64,32 +65,6 @@ def add_parser(sub) -> None:
     progress.add_flag(p)
     p.add_argument("--debug", action="store_true", help="an error in model code prints its whole traceback")
     p.set_defaults(run=run)
-
-
-def add_launch_flags(p) -> None:
-    """How the ranks start and meet: backend, halo transport, interface, timeouts."""
-    p.add_argument("--backend", default=None, choices=["gloo", "nccl", "staged"],
-                   help="default: nccl where each rank has a GPU of its own, staged where ranks share GPUs, gloo "
-                        "without CUDA; gloo trains on the CPU; staged: GPUs with every collective through pinned "
-                        "host memory (nodes without GPUDirect)")
-    p.add_argument("--transport", default="auto", choices=["auto", "gloo"],
-                   help="CPU halo all-to-alls: auto (under mpiexec with no more ranks than cores per host, plans "
-                        "of at most 16384 rows per all-to-all go over MPI, 75x less latency than gloo on one host; "
-                        "the rest over gloo) or gloo (all)")
-    p.add_argument("--iface", default=None, help="network interface for rendezvous and gloo (default: automatic)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
-    p.add_argument("--heartbeat-timeout", type=float, default=60.0, metavar="S", help="a rank whose heartbeat "
-                   "process is silent this long is lost (default 60; a busy or stopped rank keeps beating)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="intra-op threads per rank (default: its CPU affinity over the ranks sharing it, or its "
-                        "cgroup's CPU quota over the ranks under it, the smaller; at least 1)")
-    add_gpu_memory_flag(p)
-
-
-def add_gpu_memory_flag(p) -> None:
-    p.add_argument("--gpu-memory-fraction", type=float, default=None, metavar="F",
-                   help="share of its GPU's memory each rank may take, 0 < F <= 1 (default: 1/(ranks on the GPU) "
-                        "where ranks share one, else no cap)")
 
 
 def add_loop_flags(p) -> None:
@@ -160,8 +135,6 @@ def check_args(a: argparse.Namespace) -> None:
         (a.timeout > 0, f"--timeout must be > 0, got {a.timeout}"),
         (a.heartbeat_timeout > 1, f"--heartbeat-timeout must be > 1 (seconds), got {a.heartbeat_timeout}"),
         (a.threads is None or a.threads >= 1, f"--threads must be >= 1, got {a.threads}"),
-        (a.gpu_memory_fraction is None or 0 < a.gpu_memory_fraction <= 1,
-         f"--gpu-memory-fraction must be in (0, 1], got {a.gpu_memory_fraction}"),
         (not (a.checkpoint_every or a.resume) or a.checkpoint_dir, "--checkpoint-every/--resume need --checkpoint-dir"),
     ]
     for ok, msg in rules:

@@ -18,6 +18,7 @@ import torch
 
 from gnn_dist.graph.local import LocalGraph, SplitOperator, _to_torch_csr, spmm
 from gnn_dist.runtime import transport
+from gnn_dist.runtime.transfers import add_per_peer
 
 
 @dataclass
@@ -126,7 +127,7 @@ class RelAggSpMM(torch.autograd.Function):
         out_m = spmm(op.local, x) + spmm(op.halo, halo)
         r = num_relations
         agg = torch.cat([out_c.view(r, nc, f), out_m.view(r, n - nc, f)], dim=1).reshape(r * n, f)
-        return agg.index_add(0, plan.pos, partial).view(r, n, f)
+        return add_per_peer(agg, plan.pos, partial, plan.agg_recv).view(r, n, f)  # peer order: CUDA's bits repeat
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -151,5 +152,5 @@ class RelAggSpMM(torch.autograd.Function):
             raw_parts.append(b[: plan.raw_send[p]])
             if plan.sums_t[p] is not None:
                 g_x += plan.sums_t[p] @ b[plan.raw_send[p]:]
-        g_x.index_add_(0, plan.send_idx, torch.cat(raw_parts))
+        add_per_peer(g_x, plan.send_idx, torch.cat(raw_parts), plan.raw_send)
         return g_x, None, None, None, None

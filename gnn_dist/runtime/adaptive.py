@@ -133,6 +133,8 @@ class AdaptivePolicy:
         if epoch == self.solved_at or not (epoch == 1 or (epoch > 1 and epoch % every == 0)):
             return
         gathered = [None] * dist.get_world_size(self.ex.group)
+        if any(r.is_cuda for r, _, _ in self.local.values()):  # summed on the exchange's side stream
+            torch.cuda.synchronize()
         local = {k: (float(r), rows, width) for k, (r, rows, width) in self.local.items()}
         dist.all_gather_object(gathered, local, group=self.ex.group)
         groups = {(ch, src, dst): v for src, loc in enumerate(gathered) for (ch, dst), v in loc.items()}
