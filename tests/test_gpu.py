@@ -208,3 +208,10 @@ def test_require_gpu_turns_gpu_skips_into_failures(tmp_path):
     assert quiet.returncode == 0 and "4 skipped" in quiet.stdout, quiet.stdout
     failed = [f"GNN_DIST_REQUIRE_GPU=1, but this skipped: Skipped: {r}" for r in (reasons[0], "triton not installed")]
     assert strict.returncode == 1 and "2 skipped" in strict.stdout and all(f in strict.stdout for f in failed), strict.stdout
+
+
+@needs_cuda
+def test_torch_dropout_on_cuda_draws_from_the_stream_and_leaves_the_default_generator_alone(monkeypatch):
+    from tests.test_streams import torch_dropout_draws_from_the_stream
+
+    torch_dropout_draws_from_the_stream("cuda", monkeypatch)

@@ -46,9 +46,11 @@ def test_dropout_keeps_the_per_epoch_seed_it_had():
     assert key == int(torch.randint(0, 2**62, (1,)))
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device visible to torch"))])
-def test_torch_dropout_draws_from_the_stream_and_leaves_the_default_generator_alone(device, monkeypatch):
+def test_torch_dropout_draws_from_the_stream_and_leaves_the_default_generator_alone(monkeypatch):
+    torch_dropout_draws_from_the_stream("cpu", monkeypatch)  # CUDA's: tests/test_gpu.py
+
+
+def torch_dropout_draws_from_the_stream(device: str, monkeypatch) -> None:
     """F.dropout (CUDA, or GNN_DIST_DROPOUT=torch) inside an epoch draws from the dropout stream; draws from
     torch's default generator in between move neither."""
     monkeypatch.setattr(dropout_mod, "BACKEND", "torch")
