@@ -45,6 +45,7 @@ def _corrupt(src, dst, name: str):
     return dst
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_predict_writes_the_input_ids_beside_its_output(sparse, tmp_path):
     part, model, ids = sparse
     r = run_cli("predict", "--partition", str(part), "--model-file", str(model), "--output", "embeddings",
@@ -56,6 +57,7 @@ def test_predict_writes_the_input_ids_beside_its_output(sparse, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.ids.npy", "emb.npy"]  # no temporary left
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_train_checks_the_held_out_pairs(sparse, tmp_path):
     part, _, _ = sparse
     bad = _corrupt(part, tmp_path / "p", "link_edges.npz")

@@ -23,6 +23,7 @@ def cora_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_info_prints_the_same_table(cora_dir):
     r = run_cli("info", str(cora_dir))
     assert r.returncode == 0, r.stderr
@@ -57,7 +58,8 @@ def test_bad_dataset(spec, needle, tmp_path):
     assert not (tmp_path / "o").exists() and not _leftovers(tmp_path)
 
 
-@pytest.mark.parametrize("parts,needle", [("0", "--parts must be at least 1"), ("35", "between 1 and the number of nodes (34)")])
+@pytest.mark.parametrize("parts,needle", [("0", "--parts must be at least 1"),
+                                          pytest.param("35", "between 1 and the number of nodes (34)", marks=pytest.mark.slow)])
 def test_bad_parts(parts, needle, tmp_path):
     r = run_cli("partition", "--dataset", "karate", "--parts", parts, "--out", str(tmp_path / "o"))
     _assert_error(r, needle)

@@ -202,12 +202,14 @@ def _train_with_site(tmp_path, part, site: str | None, *args: str):
     return run_cli("train", "--partition", str(part), "--quiet", "--tensorboard", str(tmp_path / "tb"), *args, env=env)
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_tensorboard_missing_is_one_line(karate1, tmp_path):
     r = _train_with_site(tmp_path, karate1, HIDE_TENSORBOARD, "--epochs", "2")
     _one_line(r, "--tensorboard needs the tensorboard package")
     assert not (tmp_path / "tb").exists()
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_tensorboard_gets_every_epochs_numbers(karate1, tmp_path):
     """Through a fake SummaryWriter: each epoch's loss (as --log records it), its step, and no non-numbers."""
     log = tmp_path / "log.jsonl"
@@ -247,6 +249,7 @@ def _assert_attributed(row: dict) -> None:
     assert row["not attributed"] <= 0.1 * row["peak RSS"], row
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_memory_report_attributes_the_peak_one_process(tmp_path):
     """One process, a graph whose step is a third of the peak: at least 90% of the peak has an owner."""
     part = cli_partition(tmp_path, "sbm:nodes=30000,features=64,avg_degree=6,seed=2", 1)

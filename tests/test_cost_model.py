@@ -171,6 +171,7 @@ def test_a_candidate_that_leaves_a_part_empty_is_left_out():
     assert "volume" not in choice.considered and np.bincount(choice.parts, minlength=9).min() > 0, choice.considered
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
     r = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "4", "--out",
                 str(tmp_path / "p"))

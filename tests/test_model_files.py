@@ -125,6 +125,7 @@ def test_a_file_of_the_old_schema_names_its_version(karate1, tmp_path, monkeypat
     one_error_line(r, "is a version-1 model file")
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_a_checkpoint_of_another_model_is_one_line(karate1, tmp_path):
     """Resuming with flags that shape another model (a checkpoint of hidden 8, a run of hidden 16) is the user's
     mismatch, not an error in gnn-dist's code: one line naming the checkpoint and the first mismatch, exit 2

@@ -41,6 +41,7 @@ def test_the_book_reads_through_the_checksums(tmp_path):
     assert PartitionBook(part, verify=False).part_of([0])[0] == node_map[0]
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_a_loaded_part_shares_its_rows_with_the_book(tmp_path):
     from gnn_dist.graph.load import load_partition
     from gnn_dist.runtime.launch import DistContext

@@ -25,6 +25,7 @@ def test_planetoid_from_its_raw_files_equals_the_shipped_cora(tmp_path):
         assert np.array_equal(getattr(g, a), getattr(ref, a)), a
 
 
+@pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_a_missing_raw_file_is_one_line_naming_file_and_folder(tmp_path):
     with pytest.raises(DataError, match=r"pyg:Planetoid: raw file ind\.citeseer\.x is missing from .*CiteSeer/raw"):
         load_dataset("pyg:Planetoid:CiteSeer", data_dir=str(tmp_path))
