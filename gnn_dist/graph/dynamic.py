@@ -80,6 +80,7 @@ class SnapshotSequence:
         self._groups: dict[tuple[int, int], SnapshotGroup] = {}  # block-diagonal groups by span, kept with the cache
         self.plan_seconds = 0.0  # time spent deriving plans, summed over all passes
         self._seen: dict[int, HaloExchange] = {}  # exchanges used since the last `take_bytes`
+        self.loop_ends_steps = False  # a loop ends every step (`HaloExchange.end_step`): tell each exchange
         self._last: SnapshotGraph | None = None  # the snapshot most recently handed out
         self._resume: tuple | None = None  # derivation state after the last cached snapshot
 
@@ -129,8 +130,7 @@ class SnapshotSequence:
                 sg = self._graph(t, key, w, recv, send, marg)
             self.plan_seconds += time.perf_counter() - t0
             prev = self._last = sg
-            if sg.graph.exchange is not None:
-                self._seen[id(sg.graph.exchange)] = sg.graph.exchange
+            self._use(sg.graph.exchange)
             if self.cache:
                 self._cached.append(sg)
                 self._resume = (key, w, recv, send, marg, prev)
@@ -148,8 +148,7 @@ class SnapshotSequence:
                 self.plan_seconds += time.perf_counter() - t
                 if self.cache:
                     self._groups[(t0, t1)] = group
-            if group.graph.exchange is not None:
-                self._seen[id(group.graph.exchange)] = group.graph.exchange
+            self._use(group.graph.exchange)
             yield t0, t1, group
 
     def _derive(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -210,6 +209,19 @@ class SnapshotSequence:
             val_mask=no, test_mask=no, num_classes=self.num_classes, exchange=ex, overlap=self.overlap,
             device=dev, part=self.ctx.rank, num_parts=self.ctx.world_size, self_loop=d["self_loop"][t][local])
         return SnapshotGraph(graph, torch.from_numpy(perm).to(dev), torch.from_numpy(inv).to(dev))
+
+    def _use(self, ex: HaloExchange | None) -> None:
+        """`ex` is about to exchange: counted in this epoch's traffic, and its steps ended by the loop."""
+        if ex is not None:
+            self._seen[id(ex)] = ex
+            if self.loop_ends_steps:
+                ex.loop_ends_steps()
+
+    def exchanges(self, every: bool = False) -> list[HaloExchange]:
+        """The exchanges used since the last `take_traffic` (this epoch's, the current step's among them), or
+        with `every` all that the plan cache holds too."""
+        kept = [g.graph.exchange for g in self._cached + list(self._groups.values())] if every else []
+        return list({id(ex): ex for ex in kept + list(self._seen.values()) if ex is not None}.values())
 
     def take_traffic(self) -> dict:
         """Bytes this rank sent, and all-to-alls it made, in training and in evaluation since the last call."""

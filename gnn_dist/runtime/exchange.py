@@ -33,6 +33,7 @@ import torch
 
 from gnn_dist.runtime import codec, policy_state, skip, stale, streams, transport
 from gnn_dist.runtime.adaptive import AdaptivePolicy
+from gnn_dist.runtime.step_clock import StepClock
 from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready, add_per_peer
 from partition.errors import UsageError
 
@@ -93,11 +94,7 @@ class HaloExchange:
         self.group, self.rank = group, rank
         self.config = (config or ExchangeConfig()).validate()
         self.stats: dict[str, ChannelStats] = collections.defaultdict(ChannelStats)
-        self.epoch = 0  # training steps begun before the current one
-        self._owners: dict = {}  # module (or key) -> channel index, in order of first training use
-        self._step_calls: dict = {}  # owner -> calls within the current step
-        self._step_first = None
-        self._backward_seen = self._backward_ever = False
+        self.clock = StepClock()  # the training step, and each training call's channel name
         self._queues: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self._used: dict[str, torch.Tensor] = {}
         self._drift: dict[str, tuple] = {}  # stale: channel -> (block last received, smoothed change per step)
@@ -148,30 +145,33 @@ class HaloExchange:
         rank, as every rank runs the same model), or "L<i>.<k>" for the owner's k-th call within
         one step; an owner with a `channel_label` attribute (e.g. "L0.author:writes:paper", set by
         the typed models) is named by it instead; an owner whose `reuse_rows` is False (`gnn_dist.nn.boundary`)
-        has its channels sent fresh and whole under any staleness or skipping. A step ends when gradients
-        went back; a model that never sends any (one layer over input features) starts the next step when
-        its first owner exchanges again.
+        has its channels sent fresh and whole under any staleness or skipping. Steps end at `end_step`, or
+        where `gnn_dist.runtime.step_clock` guesses they do for a loop that never calls it.
         """
         if not training:
             return None
-        new_step = self._backward_seen or (not self._backward_ever and owner is self._step_first
-                                           and owner in self._step_calls)
-        if new_step:
-            self.epoch += 1
-            self._step_calls.clear()
-            self._backward_seen = False
-            if self.policy is not None:
-                self.policy.maybe_solve(self.epoch)
-        if not self._step_calls:
-            self._step_first = owner
-        index = self._owners.setdefault(owner, len(self._owners))
-        k = self._step_calls.get(owner, 0)
-        self._step_calls[owner] = k + 1
-        label = getattr(owner, "channel_label", None) or f"L{index}"
-        name = label if k == 0 else f"{label}.{k}"
+        step = self.clock.epoch
+        name = self.clock.name(owner)
+        if self.clock.epoch != step and self.policy is not None:
+            self.policy.maybe_solve(self.clock.epoch)
         if getattr(owner, "reuse_rows", True) is False:
             self._fresh.add(name)
         return name
+
+    @property
+    def epoch(self) -> int:
+        """Training steps begun before the current one (`gnn_dist.runtime.step_clock`)."""
+        return self.clock.epoch
+
+    def loop_ends_steps(self) -> None:
+        """Declare that the caller ends every training step with `end_step` (before the first), so that no step
+        boundary is ever guessed: SGC's hops over its inputs are then one step, not one each."""
+        self.clock.explicit = True
+
+    def end_step(self) -> None:
+        """The training step is over (call it after the optimiser step): the next training exchange begins the
+        next one, and no step boundary is guessed from now on (`gnn_dist.runtime.step_clock`)."""
+        self.clock.end_step()
 
     def drain(self) -> None:
         """Wait for every background (stale) exchange still in flight: a process group must not close under one."""
@@ -300,7 +300,7 @@ class HaloExchange:
         """Begin returning halo-row gradients to their owners, on the channel their forward used."""
         if channel is None:
             return self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, None, "bwd")
-        self._backward_seen = self._backward_ever = True
+        self.clock.backward()
         channel = f"bwd.{channel}"
         pending = self._a2a(halo_grad, int(self.send_idx.shape[0]), self.send_counts, self.recv_counts, channel, "bwd")
         return self._through_cache(channel, pending)
@@ -370,3 +370,4 @@ class HaloWait(torch.autograd.Function):
         pending = ex.start_backward(grad_halo, ctx.channel)
         grad = torch.zeros(ctx.num_inner, *grad_halo.shape[1:], dtype=grad_halo.dtype, device=grad_halo.device)
         return ex.scatter_back(grad, pending), None, None, None
+

@@ -56,10 +56,7 @@ def _cpu(blocks: dict) -> dict:
 
 def save(ex: "HaloExchange") -> dict:
     """This rank's policy state of exchange `ex` (stale blocks in flight are waited for)."""
-    state = {"plan": [list(ex.send_counts), list(ex.recv_counts)], "settings": settings(ex), "epoch": int(ex.epoch),
-             "backward_ever": bool(ex._backward_ever),
-             # would the next training call begin a step (`HaloExchange.channel`)? A fresh exchange would say no
-             "new_step": bool(ex._backward_seen or (not ex._backward_ever and ex._step_calls)),
+    state = {"plan": [list(ex.send_counts), list(ex.recv_counts)], "settings": settings(ex), **ex.clock.state_dict(),
              "stale": {ch: [p.wait().detach().cpu() for p in q] for ch, q in ex._queues.items()},
              "used": _cpu(ex._used), "sent_ref": _cpu(ex._sent_ref), "held": _cpu(ex._held),
              "drift": {ch: [None if t is None else t.detach().cpu() for t in pair] for ch, pair in ex._drift.items()}}
@@ -88,7 +85,7 @@ def mismatch(ex: "HaloExchange", state: dict) -> str | None:
 def load(ex: "HaloExchange", state: dict) -> None:
     """Continue exchange `ex` from `state` (check `mismatch` first)."""
     dev = ex.device
-    ex.epoch, ex._backward_ever, ex._backward_seen = state["epoch"], state["backward_ever"], state["new_step"]
+    ex.clock.load_state_dict(state)
     ex._queues = collections.defaultdict(collections.deque, {
         ch: collections.deque(Ready(b.to(dev)) for b in blocks) for ch, blocks in state["stale"].items()})
     ex._used, ex._sent_ref, ex._held = ({k: v.to(dev) for k, v in state[name].items()}

@@ -40,6 +40,7 @@ class DynamicTask:
         if group < 0:
             raise UsageError(f"--snapshot-group must be >= 0 (0: automatic), got {group}")
         self.model, self.seq, self.ctx, self.window = model, seq, ctx, window
+        seq.loop_ends_steps = True  # the loop ends every step: no exchange of the sequence guesses
         self.num_nodes = count_sum(seq.num_inner, ctx)
         # the same size on every rank (ranks must group alike): from the largest part's rows
         self.group = group or auto_group_size(count_sum(seq.num_local, ctx, op=dist.ReduceOp.MAX))
@@ -84,7 +85,11 @@ class DynamicTask:
                 "eval_exchanges": traffic["eval_exchanges"]}
 
     def finish(self) -> None:
-        pass
+        for ex in self.seq.exchanges(every=True):  # stale blocks still in flight: no group closes under one
+            ex.drain()
+
+    def exchanges(self) -> list:
+        return self.seq.exchanges()
 
     @torch.no_grad()
     def _replay(self):

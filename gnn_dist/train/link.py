@@ -85,6 +85,9 @@ class LinkTask:
         if self.graph.exchange is not None:
             self.graph.exchange.drain()
 
+    def exchanges(self) -> list:
+        return [self.graph.exchange] if self.graph.exchange is not None else []
+
     @torch.no_grad()
     def _fetch(self, h: torch.Tensor, gids: np.ndarray) -> torch.Tensor:
         """Embeddings of arbitrary global ids: ask each owner for its rows (one all-to-all each way)."""

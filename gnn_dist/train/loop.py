@@ -48,6 +48,9 @@ class Task(Protocol):
     def finish(self) -> None:
         """Called once after the last epoch (e.g. drain background exchanges)."""
 
+    def exchanges(self) -> list:
+        """The halo exchanges a training step may use: the loop ends their steps (`HaloExchange.end_step`)."""
+
 
 class Loop:
     def __init__(self, model: torch.nn.Module, task: Task, ctx: DistContext, *, optimizer: str = "adam",
@@ -83,6 +86,8 @@ class Loop:
         """Open this epoch's random streams (dropout, dither: per rank); returns its input-dropout key (the
         same on every rank). The streams close when the epoch's `train_epoch` returns."""
         streams.begin(self.seed, epoch, self.ctx.rank)
+        for ex in self.task.exchanges():  # steps end where this loop says, never guessed
+            ex.loop_ends_steps()
         self.model.train()
         return streams.input_key(self.seed, epoch)
 
@@ -94,6 +99,8 @@ class Loop:
         total = sum_gradients(self.model, self.ctx, loss_sum)
         self.reduce_s += time.perf_counter() - t
         self.opt.step()
+        for ex in self.task.exchanges():
+            ex.end_step()
         return float(total[0])
 
     def train_epoch(self, epoch: int) -> float:

@@ -89,6 +89,9 @@ class NodeTask:
         if self.graph.exchange is not None:
             self.graph.exchange.drain()
 
+    def exchanges(self) -> list:
+        return [self.graph.exchange] if self.graph.exchange is not None else []
+
 
 class Trainer(Loop):
     """Full-graph node classification: `Trainer(model, part, ctx).fit(epochs)` (options: see `Loop`)."""
