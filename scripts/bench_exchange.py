@@ -94,6 +94,12 @@ class NoExchange:
     def epoch_metrics(self):
         return {}
 
+    def loop_ends_steps(self):  # no policy counts steps here
+        pass
+
+    def end_step(self):
+        pass
+
 
 def worker(a: argparse.Namespace) -> None:
     import torch

@@ -79,7 +79,7 @@ class SnapshotSequence:
         self._cached: list[SnapshotGraph] = []
         self._groups: dict[tuple[int, int], SnapshotGroup] = {}  # block-diagonal groups by span, kept with the cache
         self.plan_seconds = 0.0  # time spent deriving plans, summed over all passes
-        self._seen: dict[int, HaloExchange] = {}  # exchanges used since the last `take_bytes`
+        self._seen: dict[int, HaloExchange] = {}  # exchanges used since the last `take_traffic`
         self.loop_ends_steps = False  # a loop ends every step (`HaloExchange.end_step`): tell each exchange
         self._last: SnapshotGraph | None = None  # the snapshot most recently handed out
         self._resume: tuple | None = None  # derivation state after the last cached snapshot
@@ -99,7 +99,9 @@ class SnapshotSequence:
             self._cached = []
             self._resume = (np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(self.num_local - self.num_inner, bool),
                             np.zeros(self.union_send_idx.shape[0], bool), np.zeros(self.num_inner, bool), None)
-        yield from list(self._cached)
+        for sg in list(self._cached):
+            self._use(sg.graph.exchange)  # this epoch's traffic, and its steps ended by the loop
+            yield sg
         key, w, recv, send, marg, prev = self._resume
         for t in range(len(self._cached), self.num_snapshots):
             t0 = time.perf_counter()

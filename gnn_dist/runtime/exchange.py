@@ -370,4 +370,3 @@ class HaloWait(torch.autograd.Function):
         pending = ex.start_backward(grad_halo, ctx.channel)
         grad = torch.zeros(ctx.num_inner, *grad_halo.shape[1:], dtype=grad_halo.dtype, device=grad_halo.device)
         return ex.scatter_back(grad, pending), None, None, None
-

@@ -15,6 +15,8 @@ _WARNED: list[bool] = []
 
 
 class StepClock:
+    """One exchange's step count, whether the next training call begins a step, and its channel names."""
+
     def __init__(self) -> None:
         self.epoch = 0  # training steps begun before the current one
         self.owners: dict = {}  # module (or key) -> channel index, in order of first training use
@@ -46,9 +48,11 @@ class StepClock:
         return label if k == 0 else f"{label}.{k}"
 
     def backward(self) -> None:
+        """Gradients went back: the guess (without `end_step`) begins a step at the next training call."""
         self.backward_seen = self.backward_ever = True
 
     def end_step(self) -> None:
+        """The caller's step is over; from now on steps end only here."""
         self.explicit = self.step_over = True
 
     def state_dict(self) -> dict:
@@ -57,6 +61,7 @@ class StepClock:
         return {"epoch": int(self.epoch), "backward_ever": bool(self.backward_ever), "new_step": bool(due)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict`'s (older checkpoints hold the same three keys)."""
         self.epoch, self.backward_ever = state["epoch"], state["backward_ever"]
         self.backward_seen = self.step_over = state["new_step"]
 
@@ -66,5 +71,6 @@ def _warn_guessed_step() -> None:
     if not _WARNED:
         _WARNED.append(True)
         warnings.warn("gnn-dist: the halo exchange guessed where a training step ends (at the first exchange after "
-                      "gradients went back); call graph.exchange.end_step() after each optimiser step, as "
-                      "gnn-dist's own loop does, so that no step is guessed", stacklevel=4)
+                      "gradients went back); call graph.exchange.loop_ends_steps() before the first step and "
+                      "graph.exchange.end_step() after each optimiser step, as gnn-dist's own loop does "
+                      "(docs/layers.md, 'Your own training loop')", stacklevel=6)

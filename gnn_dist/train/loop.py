@@ -84,7 +84,8 @@ class Loop:
     # ------------------------------------------------------------------ steps
     def begin_epoch(self, epoch: int) -> int:
         """Open this epoch's random streams (dropout, dither: per rank); returns its input-dropout key (the
-        same on every rank). The streams close when the epoch's `train_epoch` returns."""
+        same on every rank). The streams close when the epoch's `train_epoch` returns. The task's exchanges
+        learn that `step` ends their steps (`HaloExchange.loop_ends_steps`)."""
         streams.begin(self.seed, epoch, self.ctx.rank)
         for ex in self.task.exchanges():  # steps end where this loop says, never guessed
             ex.loop_ends_steps()
