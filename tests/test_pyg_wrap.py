@@ -167,14 +167,29 @@ def test_wrong_inputs_get_one_line():
     conv = gd.nn.Distributed(GraphConv(5, 2))
     with pytest.raises(ValueError, match=f"'edge_weight' has 3 rows but this part has {GRAPH.num_edges} stored edges"):
         conv(graph.x, graph, edge_weight=torch.ones(3))
-    with pytest.raises(TypeError, match=r"is called as \(x, graph, \.\.\.\): got Tensor where the graph goes"):
-        conv(graph.x, torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"is called as \(x, graph, \.\.\.\): got list where the graph goes"):
+        conv(graph.x, [[0, 1], [1, 0]])
     with pytest.raises(ValueError, match="sizes are the wrapper's"):
         conv(graph.x, graph, size=(N, N))
     with pytest.raises(UsageError, match="'norms.0' GraphNorm normalises over all the nodes"):
         gd.nn.Distributed(GraphSAGE(5, 8, num_layers=2, norm=GraphNorm(8)))
     with pytest.raises(UsageError, match="holds no torch_geometric conv"):
         gd.nn.Distributed(torch.nn.Linear(2, 2))
+
+
+def test_a_converted_layer_called_with_an_edge_index_is_pygs_own():
+    """Converted in place, the user's own `conv(x, edge_index)` (and a model's) still runs PyG's forward."""
+    from torch_geometric.nn import GATConv, GraphSAGE, SAGEConv
+
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(20, 5), torch.randint(0, 20, (2, 60))
+    adj_t = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(60), (20, 20)).coalesce().to_sparse_csr()
+    for layer in (GATConv(5, 3, heads=2), SAGEConv(5, 3), GraphSAGE(5, 8, num_layers=2, out_channels=3)):
+        twin = copy.deepcopy(layer).eval()
+        converted = gd.nn.Distributed(layer).eval()
+        assert torch.equal(converted(x, edge_index), twin(x, edge_index)), type(twin).__name__
+        if isinstance(twin, SAGEConv):
+            assert torch.equal(converted(x, adj_t), twin(x, adj_t))
 
 
 def test_an_edge_input_with_wrong_rows_names_both_counts():

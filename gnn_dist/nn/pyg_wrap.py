@@ -129,7 +129,13 @@ class Distributed(nn.Module):
         """Nothing to do: the object was a built PyG module, converted in `__new__`."""
 
     def forward(self, *args, **kwargs):
-        """The PyG layer's own forward, with `graph` (a LocalGraph) where it takes `edge_index`."""
+        """The PyG layer's own forward, with `graph` (a LocalGraph) where it takes `edge_index`; called with
+        PyG's own `edge_index` (or a sparse `adj_t`), it is PyG's layer, unchanged, in one process."""
+        cls = _pyg_class(type(self))
+        sig = _signature(cls)
+        edges = sig.bind(self, *args, **kwargs).arguments.get(list(sig.parameters)[2])
+        if isinstance(edges, torch.Tensor) or type(edges).__name__ == "SparseTensor":  # torch_sparse's adj_t
+            return cls.forward(self, *args, **kwargs)
         x, graph, rest, edge = self._gd_arguments(args, kwargs)
         src, dst = x if isinstance(x, tuple) else (x, x)
         for t, what in ((src, "x"), (dst, "x_dst")):
