@@ -65,8 +65,9 @@ def test_wire_time_is_the_busier_interface_of_each_block():
         2 * (1e-8 * codec.wire_bytes(100, 64, "int4") + 2e-8 * int4 + 2e-4))
 
 
-@pytest.mark.parametrize("flags", [["--codec", "int8"], ["--stale-form", "correct"], ["--stale-momentum", "0"],
-                                   ["--stale-grads", "same"], ["--stale-bound", "0.1"]])
+@pytest.mark.parametrize("flags", [["--codec", "int8"]] + [  # the rest of the same refusal: the full suite's
+    pytest.param(f, marks=pytest.mark.slow) for f in (["--stale-form", "correct"], ["--stale-momentum", "0"],
+                                                      ["--stale-grads", "same"], ["--stale-bound", "0.1"])])
 def test_auto_refuses_hand_set_policies_in_one_line(tmp_path, flags):
     """auto would drop them: a --stale-* flag given with it is refused, not silently ignored."""
     r = run_cli("train", "--partition", str(tmp_path), "--exchange", "auto", *flags)
