@@ -192,3 +192,18 @@ def one_error_line(r: subprocess.CompletedProcess, needle: str, strict: bool = T
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and (strict or "error:" in ln)]
     assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+@pytest.fixture(scope="module")
+def group():
+    """A one-rank gloo world (rank 0 sends its halo rows to itself), for exchanges tested in this process."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield None
+    dist.destroy_process_group()

@@ -1,25 +1,12 @@
 """Exchange policies on a one-rank gloo group (rank 0 sends its halo rows to itself), plus the bit solver."""
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from gnn_dist.runtime import codec, policy_state
 from gnn_dist.runtime.adaptive import solve_bits, variance
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, fetch_halo
-
-
-@pytest.fixture(scope="module")
-def group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield None
-    dist.destroy_process_group()
 
 
 def make(cfg: ExchangeConfig, n: int = 50) -> HaloExchange:

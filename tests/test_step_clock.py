@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from gnn_dist.runtime import step_clock
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
@@ -42,16 +40,6 @@ class SGConv(gd.nn.MessagePassing):
 def build(num_features, num_classes, config):
     return SGConv(num_features, num_classes)
 '''
-
-
-@pytest.fixture(scope="module")
-def group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield None
-    dist.destroy_process_group()
 
 
 def exchange() -> HaloExchange:
