@@ -132,11 +132,11 @@ class Distributed(nn.Module):
         """The PyG layer's own forward, with `graph` (a LocalGraph) where it takes `edge_index`; called with
         PyG's own `edge_index` (or a sparse `adj_t`), it is PyG's layer, unchanged, in one process."""
         cls = _pyg_class(type(self))
-        sig = _signature(cls)
-        edges = sig.bind(self, *args, **kwargs).arguments.get(list(sig.parameters)[2])
+        bound = _signature(cls).bind(self, *args, **kwargs).arguments  # bound once: this runs every layer call
+        edges = bound.get(list(_signature(cls).parameters)[2])
         if isinstance(edges, torch.Tensor) or type(edges).__name__ == "SparseTensor":  # torch_sparse's adj_t
             return cls.forward(self, *args, **kwargs)
-        x, graph, rest, edge = self._gd_arguments(args, kwargs)
+        x, graph, rest, edge = self._gd_arguments(bound)
         src, dst = x if isinstance(x, tuple) else (x, x)
         for t, what in ((src, "x"), (dst, "x_dst")):
             if t.shape[0] != graph.num_inner:
@@ -146,11 +146,11 @@ class Distributed(nn.Module):
             split = not _row_coupled(self)
             return self._gd_run(graph, src, dst, rest, edge, blocks(graph, loops, split))
 
-    def _gd_arguments(self, args: tuple, kwargs: dict) -> tuple:
-        """(x, graph, other arguments, edge tensors) from a call spelled as for the PyG layer."""
+    def _gd_arguments(self, bound: dict) -> tuple:
+        """(x, graph, other arguments, edge tensors) from a call spelled as for the PyG layer (bound to its
+        signature; consumed)."""
         cls = _pyg_class(type(self))
         sig = _signature(cls)
-        bound = sig.bind(self, *args, **kwargs).arguments
         x_name, graph_name = list(sig.parameters)[1:3]
         x, graph = bound.pop(x_name), bound.pop(graph_name, None)
         bound.pop("self")
