@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config  # noqa: E402
+from gnn_dist.cli.plots import plot_tta  # noqa: E402
 from gnn_dist.train import tta  # noqa: E402
 from partition.errors import MissingExtraError  # noqa: E402
 
@@ -265,7 +266,7 @@ def time_to_accuracy(a, results: dict, method: str) -> None:
     png = Path(a.png)
     png = png.with_name(f"{png.stem}{'' if method == 'metis' else '-' + method}-tta.png")
     try:
-        print(f"plot: {tta.plot(runs, target, str(png), f'time to accuracy, {a.parts} ranks at {a.rate} ({method})')}")
+        print(f"plot: {plot_tta(runs, target, str(png), f'time to accuracy, {a.parts} ranks at {a.rate} ({method})')}")
     except MissingExtraError as e:
         print(f"({e})")
 

@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gnn_dist.cli.plots import plot_tta  # noqa: E402
 from gnn_dist.train import tta  # noqa: E402
 
 
@@ -237,7 +238,7 @@ def time_to_accuracy(a: argparse.Namespace, runs: dict) -> None:
     target = a.target if a.target is not None else tta.default_target(runs["PyG adj_t"])
     print(f"\n{tta.table(runs, target)}")
     if a.png:
-        print(f"plot: {tta.plot(runs, target, a.png, f'time to accuracy, {a.dataset.split(chr(44))[0]}')}")
+        print(f"plot: {plot_tta(runs, target, a.png, f'time to accuracy, {a.dataset.split(chr(44))[0]}')}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gnn_dist.cli.plots import plot_tta  # noqa: E402
 from gnn_dist.train import tta  # noqa: E402
 
 
@@ -29,7 +30,7 @@ def main() -> None:
     target = a.target if a.target is not None else tta.default_target(next(iter(runs.values())))
     print(tta.table(runs, target))
     if a.png:
-        print(f"plot: {tta.plot(runs, target, a.png)}")
+        print(f"plot: {plot_tta(runs, target, a.png)}")
 
 
 if __name__ == "__main__":

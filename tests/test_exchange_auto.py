@@ -6,8 +6,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gnn_dist.runtime import advice, codec, policy_state
+from gnn_dist.runtime import codec, policy_state
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.train import advice
 from tests.conftest import cli_partition, one_error_line, run_cli, run_mpi
 
 

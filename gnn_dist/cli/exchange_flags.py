@@ -61,7 +61,7 @@ def exchange_config(a: argparse.Namespace):
 
 def auto_exchange(args: argparse.Namespace, ctx, graph, width: int) -> None:
     """--exchange auto: switch to the setting of best predicted time to accuracy; rank 0 says which and why."""
-    from gnn_dist.runtime import advice
+    from gnn_dist.train import advice
 
     if graph.types is not None:  # every rank holds the same kind of graph: all refuse alike
         raise UsageError("--exchange auto applies to graphs without node and edge types (choose --codec yourself)")

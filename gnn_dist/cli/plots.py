@@ -1,4 +1,5 @@
-"""PNG plots of a partition (part sizes, halo volumes) and of a training run (loss and accuracy curves).
+"""PNG plots of a partition (part sizes, halo volumes), of a training run (loss and accuracy curves), and of
+time to accuracy (`gnn_dist.train.tta`'s records).
 
 matplotlib is an optional extra (`pip install 'gnn-dist[plot]'`); without it
 these functions say so in one line instead of failing deep inside.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gnn_dist.train import tta
 from partition.errors import MissingExtraError
 
 
@@ -76,3 +78,22 @@ def plot_run(records: list[dict], out: str | Path) -> Path:
     if metrics:
         ax2.legend(fontsize=8)
     return _save(fig, out)
+
+
+def plot_tta(runs: dict[str, list[dict]], target: float, out: str, title: str = "") -> str:
+    """Test score of the validation-picked model against training seconds, one line per run, the target
+    dashed; written atomically to `out` (needs matplotlib)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, records in runs.items():
+        xs, ys = tta.curve(records)
+        ax.plot(xs, ys, label=label, lw=1.4)
+    ax.axhline(target, ls="--", color="k", lw=0.8, label=f"target {target:.4f}")
+    ys_all = [y for records in runs.values() for y in tta.curve(records)[1]]
+    ax.set_ylim(max(min(ys_all, default=0.0), target - 0.05), max(ys_all, default=1.0) + 0.005)
+    ax.set_xlabel("training time, s (evaluation excluded)")
+    ax.set_ylabel(f"test {tta.metric_of(next(iter(runs.values())))} (best validation so far)")
+    ax.set_title(title or "time to accuracy")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    return str(_save(fig, out))

@@ -109,6 +109,16 @@ class HaloExchange:
         self._mpi = mpi if mpi is not None else transport.agree_small(group, max(self.num_halo, int(send_idx.shape[0])))
         self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.policy = AdaptivePolicy(self, self.config) if self.config.codec == "adaptive" else None
+        self.auto_links: dict | None = None  # links measured by `--exchange auto` (`reconfigure`), kept for resume
+
+    def reconfigure(self, config: ExchangeConfig, auto_links: dict | None = None) -> None:
+        """Switch to other settings before the first training exchange (`--exchange auto`'s choice, or the one a
+        checkpoint was made under); `auto_links`: the links it measured, which an adaptive config then uses."""
+        if self.clock.owners:
+            raise RuntimeError("an exchange is reconfigured only before its first training exchange")
+        self.config = config.validate()
+        self.policy = AdaptivePolicy(self, self.config) if self.config.codec == "adaptive" else None
+        self.auto_links = auto_links
 
     # ------------------------------------------------------------- plan sizes
     def over_mpi(self) -> bool:

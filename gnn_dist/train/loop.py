@@ -242,8 +242,8 @@ class Loop:
         if ex is None or mine is None:
             return
         why = ex.state_mismatch(mine)
-        if why is not None and getattr(ex, "auto_links", None) is not None:  # --exchange auto chose otherwise
-            from gnn_dist.runtime import advice
+        if why is not None and ex.auto_links is not None:  # --exchange auto chose otherwise
+            from gnn_dist.train import advice
 
             name = advice.adopt(ex, mine)
             if name is not None:

@@ -118,24 +118,3 @@ def table(runs: dict[str, list[dict]], target: float) -> str:
         final = f"{r.final_test:.4f}" if r.final_test is not None else "-"
         lines.append(f"{label:<{w}} {r.cell():>18} {there:>10} {final:>10} {r.eval_s:>7.1f}")
     return "\n".join(lines)
-
-
-def plot(runs: dict[str, list[dict]], target: float, out: str, title: str = "") -> str:
-    """Test score of the validation-picked model against training seconds, one line per run, the target
-    dashed; written atomically to `out` (needs matplotlib)."""
-    from gnn_dist.cli.plots import _pyplot, _save
-
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, records in runs.items():
-        xs, ys = curve(records)
-        ax.plot(xs, ys, label=label, lw=1.4)
-    ax.axhline(target, ls="--", color="k", lw=0.8, label=f"target {target:.4f}")
-    ys_all = [y for records in runs.values() for y in curve(records)[1]]
-    ax.set_ylim(max(min(ys_all, default=0.0), target - 0.05), max(ys_all, default=1.0) + 0.005)
-    ax.set_xlabel("training time, s (evaluation excluded)")
-    ax.set_ylabel(f"test {metric_of(next(iter(runs.values())))} (best validation so far)")
-    ax.set_title(title or "time to accuracy")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3)
-    return str(_save(fig, out))

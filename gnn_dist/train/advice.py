@@ -133,27 +133,22 @@ def choose(ex, graph, widths: list[tuple[int, int]], ctx, candidates=MEASURED) -
 
 def apply(ex, cand: Candidate, links: dict) -> None:
     """Switch exchange `ex`, before any training step, to `cand`'s settings (adaptive: the links measured)."""
-    from gnn_dist.runtime.adaptive import AdaptivePolicy
     from gnn_dist.runtime.exchange import ExchangeConfig
 
     keep = {k: getattr(ex.config, k) for k in ("input_cache", "adaptive_every", "budget_bits")}
-    ex.config = ExchangeConfig(**keep, **cand.settings, links=links).validate()
-    ex.policy = AdaptivePolicy(ex, ex.config) if ex.config.codec == "adaptive" else None
-    ex.auto_links = links  # chosen by auto: a resumed run may take its checkpoint's choice instead (`adopt`)
+    ex.reconfigure(ExchangeConfig(**keep, **cand.settings, links=links), auto_links=links)
 
 
 def adopt(ex, state: dict) -> str | None:
     """On --resume, an exchange `auto` chose: switch to the candidate the checkpoint's `state` was made under
     (timings differ between runs, so the choice may too), so that the run goes on as it was. Its name, or
     None if no candidate matches (nothing changed). Every rank holds the same settings, so all agree."""
-    from gnn_dist.runtime import policy_state
-
-    before = (ex.config, ex.policy)
+    before, links = ex.config, ex.auto_links
     for cand in MEASURED:
-        apply(ex, cand, ex.auto_links)
-        if policy_state.mismatch(ex, state) is None:
+        apply(ex, cand, links)
+        if ex.state_mismatch(state) is None:
             return cand.name
-    ex.config, ex.policy = before
+    ex.reconfigure(before, auto_links=links)
     return None
 
 
