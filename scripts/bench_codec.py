@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gnn_dist.nn import dropout  # noqa: E402
-from gnn_dist.runtime import codec, kernels  # noqa: E402
+from gnn_dist.runtime import codec, kernels, tuning  # noqa: E402
 
 SYNC = [lambda: None]  # torch.cuda.synchronize on a GPU: time the kernels, not their launch
 BATCH = [1]  # calls per timed batch: 20 on a GPU, where one call takes well under a millisecond
@@ -66,11 +66,11 @@ def dropout_table(x: torch.Tensor) -> float | None:
     for label, backend in ((kernel[0], "auto"), ("keyed, torch ops", "torch")):
         if backend == "auto" and not kernel[1]:
             continue
-        dropout.BACKEND = backend
+        tuning.ENV.dropout_backend = backend
         t = seconds(lambda: dropout.keyed_dropout(x, ids, 0.5, key=12345))
         print(f"| {label} | {t * 1e3:.3f} | {t / base:.2f} |", flush=True)
         ratio = t / base if backend == "auto" else ratio
-    dropout.BACKEND = "auto"
+    tuning.ENV.dropout_backend = "auto"
     return ratio
 
 
@@ -107,7 +107,7 @@ def main() -> None:
         res = torch.empty(a.rows, a.width, device=dev)
         enc, dec = [], []
         for b in backends:
-            codec.BACKEND = "auto" if b == "triton" else b
+            tuning.ENV.codec_backend = "auto" if b == "triton" else b
             codec.encode_rows(x, name, out=buf)
             enc.append(rate(lambda: codec.encode_rows(x, name, out=buf), n + wire))
             dec.append(rate(lambda: codec.decode_rows(buf, name, a.width, out=res), wire + n))
@@ -115,7 +115,7 @@ def main() -> None:
         print(f"| decode {name} | " + " | ".join(f"{d:.2f} | {d / copy:.2f}" for d in dec) + " | |", flush=True)
         if name.startswith("int"):
             worst = min(worst, (enc[-1] / copy, f"encode {name}"), (dec[-1] / copy, f"decode {name}"))
-    codec.BACKEND = "auto"
+    tuning.ENV.codec_backend = "auto"
     keyed = dropout_table(x)
     print(f"goal: intB encode and decode >= {CODEC_GOAL}x copy ({a.device}, {backends[-1]}): measured {worst[0]:.2f}x "
           f"at the lowest ({worst[1]}), {verdict(worst[0] >= CODEC_GOAL)}")

@@ -166,7 +166,8 @@ def pyg_child(spec: str, epochs: int, hidden: int, model: str, path: str, device
 
 def huge_pages(part_dir: Path, hidden: int) -> dict:
     """The huge-page setting `gnn-dist train` would run this partition under, as an environment."""
-    from gnn_dist.runtime.malloc import HUGE_PAGES_MIN_BYTES, activation_bytes
+    from gnn_dist.runtime.malloc import activation_bytes
+    from gnn_dist.runtime.tuning import HUGE_PAGES_MIN_BYTES
     from partition.store import read_meta
 
     on = activation_bytes(read_meta(part_dir), hidden) >= HUGE_PAGES_MIN_BYTES

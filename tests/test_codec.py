@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from gnn_dist.runtime import adaptive, codec, kernels, streams
+from gnn_dist.runtime import adaptive, codec, kernels, streams, tuning
 
 BACKENDS = ["torch", pytest.param("fused", marks=pytest.mark.skipif(not kernels.available(),
                                                                    reason="numba not installed"))]
@@ -15,7 +15,7 @@ BACKENDS = ["torch", pytest.param("fused", marks=pytest.mark.skipif(not kernels.
 @pytest.fixture(params=BACKENDS)
 def backend(request, monkeypatch):
     """Run a test once with the torch expressions and once with the fused numba kernels."""
-    monkeypatch.setattr(codec, "BACKEND", request.param)
+    monkeypatch.setattr(tuning.ENV, "codec_backend", request.param)
     return request.param
 
 
@@ -78,17 +78,17 @@ def test_float_codecs_round_trip():
 def test_fused_and_torch_write_the_same_bytes(bits, width, monkeypatch):
     """Either side of a link may use either implementation: same packing, same decoded values."""
     x = torch.randn(50, width, generator=torch.Generator().manual_seed(width))
-    monkeypatch.setattr(codec, "BACKEND", "fused")
+    monkeypatch.setattr(tuning.ENV, "codec_backend", "fused")
     rows, scale = codec.encode_rows(x, f"int{bits}", key=1)
     e = codec.from_rows(rows, f"int{bits}", width)
     decoded = codec.decode_rows(rows, f"int{bits}", width)
     codes = ((decoded - e.lo.unsqueeze(1)) / torch.where(scale == 0, 1.0, scale).unsqueeze(1)).round().to(torch.uint8)
     assert torch.equal(codec.pack(codes, bits), e.payload)  # the fused kernel packs as `pack` does
-    monkeypatch.setattr(codec, "BACKEND", "torch")
+    monkeypatch.setattr(tuning.ENV, "codec_backend", "torch")
     assert torch.equal(codec.decode_rows(rows, f"int{bits}", width), decoded)
     other, _ = codec.encode_rows(x, f"int{bits}")
     by_torch = codec.decode_rows(other, f"int{bits}", width)
-    monkeypatch.setattr(codec, "BACKEND", "fused")
+    monkeypatch.setattr(tuning.ENV, "codec_backend", "fused")
     assert torch.equal(codec.decode_rows(other, f"int{bits}", width), by_torch)
 
 

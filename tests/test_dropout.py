@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gnn_dist.nn.dropout import HashDropout, dropout
-from gnn_dist.runtime import kernels
+from gnn_dist.runtime import kernels, tuning
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba not installed")
 
@@ -57,9 +57,9 @@ def test_keyed_dropout_torch_twin_draws_the_kernels_masks_bit_for_bit(monkeypatc
 
     x = torch.randn(300, 33)
     ids = torch.randperm(10**6)[:300] * 5000  # ids * width beyond 2^32: the hash sees the low 32 bits alike
-    monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", 0)
+    monkeypatch.setattr(tuning, "NUMBA_MIN_ELEMENTS", 0)
     fused_out = mod.keyed_dropout(x, ids, 0.4, key=2**63 + 12345)
-    monkeypatch.setattr(mod, "BACKEND", "torch")
+    monkeypatch.setattr(tuning.ENV, "dropout_backend", "torch")
     assert torch.equal(mod.keyed_dropout(x, ids, 0.4, key=2**63 + 12345), fused_out)
     kept = fused_out != 0
     n = kept.numel()
@@ -70,11 +70,11 @@ def test_keyed_dropout_torch_twin_draws_the_kernels_masks_bit_for_bit(monkeypatc
 
 @pytest.mark.parametrize("p", [0.3, 0.5])
 def test_small_tensors_draw_the_kernels_masks_in_torch_without_loading_numba(monkeypatch, p):
-    """Below NUMBA_MIN_ITEMS, dropout runs the kernel's hash in torch: the same masks, outputs and gradients."""
+    """Below tuning.NUMBA_MIN_ELEMENTS, dropout runs the kernel's hash in torch: the same masks, outputs and gradients."""
     x = torch.randn(3000, 7, requires_grad=True)
     runs = []
     for min_items in (0, 1 << 62):
-        monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", min_items)
+        monkeypatch.setattr(tuning, "NUMBA_MIN_ELEMENTS", min_items)
         torch.manual_seed(3)
         y = HashDropout.apply(x, p)
         (g,) = torch.autograd.grad((y * torch.arange(7.0)).sum(), x)
@@ -104,7 +104,7 @@ def test_kernels_split_over_threads_give_the_same_bits(monkeypatch):
     x = torch.randn(3000, 40, requires_grad=True)
     results = []
     for min_chunk, threads in ((1 << 62, 1), (1000, 2), (1000, 3)):
-        monkeypatch.setattr(kernels, "MIN_CHUNK", min_chunk)
+        monkeypatch.setattr(tuning, "THREAD_MIN_ELEMENTS", min_chunk)
         monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
         torch.manual_seed(7)
         y = HashDropout.apply(x, 0.3)
@@ -120,7 +120,7 @@ def test_kernels_split_over_threads_give_the_same_bits(monkeypatch):
 def test_relu_dropout_is_dropout_of_relu_bit_for_bit_with_gradients(monkeypatch, min_items):
     from gnn_dist.nn.dropout import relu_dropout
 
-    monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", min_items)
+    monkeypatch.setattr(tuning, "NUMBA_MIN_ELEMENTS", min_items)
     x0 = torch.randn(500, 24)
     x0[0, :3] = torch.tensor([0.0, -0.0, float("nan")])
     weights = torch.randn(24)

@@ -167,7 +167,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def test_compiled_send_buffer_and_keyed_dropout_match_the_cpu(triton_kernels, monkeypatch):
     """The exchange's encode_split on the device writes the CPU's send buffer; keyed input dropout draws its masks."""
     from gnn_dist.nn import dropout
-    from gnn_dist.runtime import codec, kernels
+    from gnn_dist.runtime import codec, tuning
 
     compiled = triton_kernels[0]
     before = compiled.LAUNCHES.copy()
@@ -182,7 +182,7 @@ def test_compiled_send_buffer_and_keyed_dropout_match_the_cpu(triton_kernels, mo
     codec.encode_split(x.to(dev), index.to(dev), splits, names, got, 1)
     assert torch.equal(got.cpu(), want)
     assert {key[0] for key in compiled.LAUNCHES - before} == {"encode"}  # Triton wrote the GPU's buffer
-    monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", 0)  # the CPU side runs numba's keyed_dropout_rows
+    monkeypatch.setattr(tuning, "NUMBA_MIN_ELEMENTS", 0)  # the CPU side runs numba's keyed_dropout_rows
     ids = torch.randperm(10**6, generator=g)[:5000] * 5000
     for w in (1, 37, 128):
         xs = torch.randn(5000, w, generator=g)

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from gnn_dist.runtime.malloc import HUGE_PAGES_MIN_BYTES, activation_bytes, keep_freed_memory
+from gnn_dist.runtime.malloc import activation_bytes, keep_freed_memory
+from gnn_dist.runtime.tuning import HUGE_PAGES_MIN_BYTES
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
@@ -52,7 +53,7 @@ def test_train_decides_on_huge_pages_from_the_partition_before_torch_loads(tmp_p
     from gnn_dist.cli import main
 
     assert main(["partition", "--dataset", "karate", "--parts", "1", "--out", str(tmp_path / "k")]) == 0
-    code = ("import sys, gnn_dist.runtime.malloc as m, gnn_dist.cli.train as t\n"
+    code = ("import sys, gnn_dist.runtime.tuning as m, gnn_dist.cli.train as t\n"
             "m.HUGE_PAGES_MIN_BYTES = 34 * 34 * 4  # karate: 34 rows, 34 features, hidden 16\n"
             "def stop(a):\n    print(__import__('os').environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules); sys.exit(0)\n"
             "t.check_args = stop\n"

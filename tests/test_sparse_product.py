@@ -11,7 +11,7 @@ import torch
 
 from gnn_dist.graph import local
 from gnn_dist.graph.local import _to_torch_csr, spmm
-from gnn_dist.runtime import kernels
+from gnn_dist.runtime import kernels, tuning
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
 
@@ -41,7 +41,7 @@ def test_kernel_sums_in_column_order_and_agrees_with_torch(monkeypatch, shape):
     base = torch.randn(900, *shape[1:])
     runs = []
     for min_items in (0, 1 << 62):  # the kernel, then torch's product
-        monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", min_items)
+        monkeypatch.setattr(tuning, "NUMBA_MIN_SPMM_MULTIPLY_ADDS", min_items)
         into, summed = base.clone(), base.clone()
         spmm(a, x, into[200:700])
         spmm(a, x, summed[200:700], add=True)
@@ -56,8 +56,8 @@ def test_kernel_sums_in_column_order_and_agrees_with_torch(monkeypatch, shape):
 
 def test_kernel_takes_only_large_float32_cpu_products(monkeypatch):
     a = _operator(50, 40, seed=2)
-    assert not local._in_numba(a, torch.randn(40, 8))  # 40 nonzeros x 8 columns: below NUMBA_MIN_ITEMS
-    monkeypatch.setattr(kernels, "NUMBA_MIN_ITEMS", 0)
+    assert not local._in_numba(a, torch.randn(40, 8))  # 40 nonzeros x 8 columns: below tuning.NUMBA_MIN_SPMM_MULTIPLY_ADDS
+    monkeypatch.setattr(tuning, "NUMBA_MIN_SPMM_MULTIPLY_ADDS", 0)
     assert local._in_numba(a, torch.randn(40, 8))
     assert not local._in_numba(a, torch.randn(40, 8, dtype=torch.float64))
     code = ("import sys, torch, scipy.sparse as sp; from gnn_dist.graph.local import _to_torch_csr, spmm; "

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gnn_dist.nn import dropout as dropout_mod
-from gnn_dist.runtime import codec, streams
+from gnn_dist.runtime import codec, streams, tuning
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +53,7 @@ def test_torch_dropout_draws_from_the_stream_and_leaves_the_default_generator_al
 def torch_dropout_draws_from_the_stream(device: str, monkeypatch) -> None:
     """F.dropout (CUDA, or GNN_DIST_DROPOUT=torch) inside an epoch draws from the dropout stream; draws from
     torch's default generator in between move neither."""
-    monkeypatch.setattr(dropout_mod, "BACKEND", "torch")
+    monkeypatch.setattr(tuning.ENV, "dropout_backend", "torch")
     x = torch.ones(4000, device=device)
     default = torch.cuda.default_generators[0] if device == "cuda" else torch.default_generator
     masks = []

@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("triton", minversion="3.6")  # gnn_dist.runtime.kernels.TRITON_MIN: the `kernels` extra
 
 from gnn_dist.nn import dropout  # noqa: E402
-from gnn_dist.runtime import codec, kernels  # noqa: E402
+from gnn_dist.runtime import codec, kernels, tuning  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not kernels.available(), reason="numba (the reference) not installed"),
               pytest.mark.filterwarnings("ignore::RuntimeWarning")]  # numpy, in the interpreter, on NaN rows
@@ -65,7 +65,7 @@ def _rows(n: int, w: int, seed: int) -> torch.Tensor:
 
 
 def test_tables_agree(tk):
-    assert tk.DITHER_TABLE == kernels.load().DITHER_TABLE
+    assert tk._TABLE.value == kernels.load().DITHER_TABLE_VALUES  # the one table, as each kernel reads it
     assert tk.BITS == codec.INT_BITS
 
 
@@ -89,12 +89,12 @@ def test_keyed_dropout_draws_numbas_mask_and_products(tk, on_triton, w):
 
 
 def _torch_keyed(x, ids, p, key):
-    saved = dropout._keyed_on_gpu, dropout.BACKEND
-    dropout._keyed_on_gpu, dropout.BACKEND = (lambda t: False), "torch"
+    saved = dropout._keyed_on_gpu, tuning.ENV.dropout_backend
+    dropout._keyed_on_gpu, tuning.ENV.dropout_backend = (lambda t: False), "torch"
     try:
         return dropout.keyed_dropout(x, ids, p, key)
     finally:
-        dropout._keyed_on_gpu, dropout.BACKEND = saved
+        dropout._keyed_on_gpu, tuning.ENV.dropout_backend = saved
 
 
 def _cpu(fn, *args, **kw):

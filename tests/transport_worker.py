@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gnn_dist.runtime import transport
+from gnn_dist.runtime import transport, tuning
 from gnn_dist.runtime.exchange import HaloExchange
 from gnn_dist.runtime.launch import init
 
@@ -32,7 +32,7 @@ def plans(ctx) -> str:
         return HaloExchange(torch.zeros(sum(counts), dtype=torch.int64), counts, counts, ctx.halo_group)
 
     small = plan(8)
-    large = plan(transport.MPI_MAX_ROWS * 2 if ctx.rank == 0 else 8)
+    large = plan(tuning.ENV.mpi_max_rows * 2 if ctx.rank == 0 else 8)
     return "ok" if small.over_mpi() and not large.over_mpi() else f"small {small.over_mpi()} large {large.over_mpi()}"
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from gnn_dist.runtime import kernels
+from gnn_dist.runtime import kernels, tuning
 from gnn_dist.runtime.exchange import HaloExchange
 from gnn_dist.runtime.malloc import release_free_memory
 from partition.book import PartitionBook
@@ -48,7 +48,7 @@ def _in_numba(a: torch.Tensor, x: torch.Tensor) -> bool:
     """The numba row kernel takes CPU float32 products large enough to repay loading numba."""
     return (x.device.type == "cpu" and x.dtype == torch.float32 and a.layout == torch.sparse_csr
             and a.values().dtype == torch.float32 and x.shape[0] > 0
-            and a._nnz() * (x.numel() // x.shape[0]) >= kernels.NUMBA_MIN_ITEMS and kernels.available())
+            and a._nnz() * (x.numel() // x.shape[0]) >= tuning.NUMBA_MIN_SPMM_MULTIPLY_ADDS and kernels.available())
 
 
 def _numba_spmm(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor, add: bool) -> torch.Tensor:

@@ -25,11 +25,9 @@ import numpy as np
 import torch
 
 from gnn_dist.graph.local import LocalGraph
+from gnn_dist.runtime import tuning
 from gnn_dist.runtime.exchange import HaloExchange
 from partition.graph import concat_ranges
-
-# automatic group size: snapshots per group such that a group holds about this many local rows
-GROUP_ROWS = 1 << 16
 
 
 @dataclass
@@ -61,8 +59,9 @@ class SnapshotGroup:
 
 
 def auto_group_size(num_local: int) -> int:
-    """Snapshots per group when not set: as many as fit GROUP_ROWS local rows (small graphs gain, big ones keep 1)."""
-    return max(1, GROUP_ROWS // max(num_local, 1))
+    """Snapshots per group when not set: as many as fit `tuning.SNAPSHOT_GROUP_ROWS` local rows (small graphs
+    gain, big ones keep 1)."""
+    return max(1, tuning.SNAPSHOT_GROUP_ROWS // max(num_local, 1))
 
 
 def spans(start: int, stop: int, size: int) -> list[tuple[int, int]]:

@@ -3,7 +3,7 @@
 torch's CPU dropout draws each Bernoulli with its own generator call, which
 made it the largest single cost of a full-graph training step here. The mask
 key, and F.dropout's mask where that runs instead (CUDA, no numba, or
-`BACKEND = "torch"`, env GNN_DIST_DROPOUT=torch), come from the epoch's
+env GNN_DIST_DROPOUT=torch, `gnn_dist.runtime.tuning`), come from the epoch's
 dropout stream (`gnn_dist.runtime.streams`: per seed, epoch and rank, apart
 from the codecs' dither), so a run, and a resumed run, repeat their masks
 whatever the messages' codec.
@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnn_dist.runtime import kernels, streams
-
-BACKEND = os.environ.get("GNN_DIST_DROPOUT", "auto")  # auto | torch
+from gnn_dist.runtime import kernels, streams, tuning
 
 
 class HashDropout(torch.autograd.Function):
@@ -38,7 +35,7 @@ class HashDropout(torch.autograd.Function):
         mask = torch.empty(flat.shape, dtype=torch.uint8)
         key = streams.dropout_key()
         scale = 1.0 / (1.0 - p)
-        if flat.shape[0] >= kernels.NUMBA_MIN_ITEMS:
+        if flat.shape[0] >= tuning.NUMBA_MIN_ELEMENTS:
             kernels.in_ranges(kernels.load().dropout_into, flat.shape[0], flat.numpy(), out.numpy(), mask.numpy(),
                               _drop_below(p), scale, key, relu)
         else:  # the kernel's very mask and products, without loading numba for a small tensor
@@ -55,7 +52,7 @@ class HashDropout(torch.autograd.Function):
         flat = grad.contiguous().view(-1)
         if flat.dtype != torch.float32:
             return flat.mul(mask).mul_(ctx.scale).view_as(grad), None, None
-        if flat.shape[0] < kernels.NUMBA_MIN_ITEMS:
+        if flat.shape[0] < tuning.NUMBA_MIN_ELEMENTS:
             return (flat * _factor(mask, ctx.scale)).view_as(grad), None, None
         out = torch.empty_like(flat)
         kernels.in_ranges(kernels.load().dropout_grad_into, flat.shape[0], flat.numpy(), mask.numpy(), ctx.scale,
@@ -93,12 +90,12 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 def _hashed(x: torch.Tensor) -> bool:
     """Dropout of x draws the counter-hash mask (else torch's F.dropout)."""
-    return BACKEND != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and kernels.available()
+    return tuning.ENV.dropout_backend != "torch" and x.device.type == "cpu" and x.dtype == torch.float32 and kernels.available()
 
 
 def _keyed_on_gpu(x: torch.Tensor) -> bool:
     """Keyed dropout of x runs the Triton kernel (CUDA float32, no autograd, triton installed)?"""
-    return (BACKEND != "torch" and x.is_cuda and x.dtype == torch.float32 and not x.requires_grad
+    return (tuning.ENV.dropout_backend != "torch" and x.is_cuda and x.dtype == torch.float32 and not x.requires_grad
             and kernels.triton_available())
 
 
@@ -132,7 +129,7 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
     x2 = x.reshape(x.shape[0], -1)
     if _keyed_on_gpu(x):  # one Triton pass, numba's very mask and products
         return kernels.triton().keyed_dropout(x2, ids.to(x.device, torch.int64), _drop_below(p), scale, key).view_as(x)
-    if _hashed(x) and not x.requires_grad and x2.numel() >= kernels.NUMBA_MIN_ITEMS:
+    if _hashed(x) and not x.requires_grad and x2.numel() >= tuning.NUMBA_MIN_ELEMENTS:
         out = torch.empty_like(x2)
         kernels.in_ranges(kernels.load().keyed_dropout_rows, x2.shape[0], x2.contiguous().numpy(), out.numpy(),
                           ids.numpy(), _drop_below(p), scale, np.uint64(key))  # one signature for keys above 2^63

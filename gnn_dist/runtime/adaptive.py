@@ -19,9 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from gnn_dist.runtime import codec, transport
-
-START_BITS = 8  # before the first solve: int8 everywhere
+from gnn_dist.runtime import codec, transport, tuning
 
 
 def variance(r: float, width: int, bits: int) -> float:
@@ -126,7 +124,7 @@ class AdaptivePolicy:
         self.local[(channel, dst)] = ((rng * rng).sum(), int(scale.shape[0]), int(width))
 
     def codec_for(self, channel: str, src: int, dst: int) -> str:
-        return f"int{self.table.get((channel, src, dst), START_BITS)}"
+        return f"int{self.table.get((channel, src, dst), tuning.ADAPTIVE_START_BITS)}"
 
     def maybe_solve(self, epoch: int) -> None:
         every = self.config.adaptive_every
@@ -141,7 +139,7 @@ class AdaptivePolicy:
         self.table = solve_bits(groups, self.links, self.config.budget_bits)
         self.solved_at = epoch
 
-    def measure_links(self, sizes=(64, 1 << 20, 1 << 22), reps: int = 5) -> dict:
+    def measure_links(self, sizes=tuning.LINK_PROBE_BYTES, reps: int = tuning.LINK_PROBE_REPEATS) -> dict:
         """time = alpha * bytes + beta per directed link, one permutation round per peer offset.
 
         beta is the best time of a tiny message and alpha the slope between two

@@ -16,13 +16,12 @@ stream, `gnn_dist.runtime.streams`); without one, a key is drawn (`streams.dithe
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from gnn_dist.runtime import kernels, streams
+from gnn_dist.runtime import kernels, streams, tuning
 
 INT_BITS = (8, 4, 2)
 FLOAT_CODECS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -80,7 +79,7 @@ class DitherPool:
     a function of the block's key alone, so a key repeats its dither.
     """
 
-    def __init__(self, size: int = 1 << 23, seed: int = 0x5EED):
+    def __init__(self, size: int = tuning.DITHER_POOL_VALUES, seed: int = 0x5EED):
         self.pool = torch.rand(size, generator=torch.Generator().manual_seed(seed))
         self.window = size // 2
         self._by_device: dict = {}
@@ -167,15 +166,12 @@ def unpack(p: torch.Tensor, bits: int, width: int) -> torch.Tensor:
     return torch.cat(parts, dim=1)[:, :width]
 
 
-BACKEND = os.environ.get("GNN_DIST_CODEC", "auto")  # auto | torch | fused
-
-
 def _fused(x: torch.Tensor) -> bool:
     """Use the numba kernels for this tensor?"""
-    if BACKEND == "torch" or x.device.type != "cpu" or x.dim() != 2 or 0 in x.shape:
+    if tuning.ENV.codec_backend == "torch" or x.device.type != "cpu" or x.dim() != 2 or 0 in x.shape:
         return False
     if not kernels.available():
-        if BACKEND == "fused":
+        if tuning.ENV.codec_backend == "fused":
             raise RuntimeError("GNN_DIST_CODEC=fused but numba is not installed")
         return False
     return True
@@ -183,15 +179,12 @@ def _fused(x: torch.Tensor) -> bool:
 
 def _triton(x: torch.Tensor) -> bool:
     """Use the Triton kernels for this tensor (CUDA, and triton installed)?"""
-    return BACKEND != "torch" and x.is_cuda and kernels.triton_available()
+    return tuning.ENV.codec_backend != "torch" and x.is_cuda and kernels.triton_available()
 
 
 def _key(key: int | None) -> int:
     """The encode's dither key: the caller's, or the next one of the dither stream."""
     return streams.dither_key() if key is None else int(key)
-
-
-RANGES_IN_KERNEL_BELOW = 32  # row width under which the fused kernel takes row ranges itself
 
 
 def row_ranges(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -201,7 +194,7 @@ def row_ranges(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     narrow ones its per-row overhead dominates, so those get empty arrays and
     the kernel takes the ranges as it goes.
     """
-    if x.shape[1] < RANGES_IN_KERNEL_BELOW:
+    if x.shape[1] < tuning.RANGES_IN_KERNEL_BELOW_COLUMNS:
         empty = np.empty(0, np.float32)
         return empty, empty
     return x.amin(dim=1).numpy(), x.amax(dim=1).numpy()

@@ -11,12 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from gnn_dist.runtime import tuning
 from gnn_dist.runtime.malloc import resident_bytes
 
-MIN_CHUNK = 1 << 15  # below this many items per thread, one call is cheaper than handing out ranges
-# Below this many items, callers run torch's form of a kernel: importing numba and loading its kernels costs a
-# process about 100 MB and a second, more than small tensors ever gain (a 32k-item dropout: 0.8 ms in torch).
-NUMBA_MIN_ITEMS = 1 << 16
 _POOL: list = [None, 0]  # the executor and its size
 # The `kernels` extra's triton (pyproject), the oldest the Triton kernels are tested with. Older ones stay unused:
 # torch 2.2 brings triton 2.2, whose language lacks what the kernels use; CUDA tensors then take torch's path,
@@ -101,7 +98,7 @@ def triton():
 def in_ranges(kernel, n: int, *args) -> None:
     """kernel(lo, hi, *args) over [0, n), split into torch.get_num_threads() ranges run on a thread pool
     (small jobs stay on the calling thread)."""
-    parts = max(1, min(torch.get_num_threads(), n // MIN_CHUNK))
+    parts = max(1, min(torch.get_num_threads(), n // tuning.THREAD_MIN_ELEMENTS))
     if parts == 1:
         kernel(0, n, *args)
         return

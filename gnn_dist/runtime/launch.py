@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
-from gnn_dist.runtime import cgroups, gpus, placement
+from gnn_dist.runtime import cgroups, gpus, placement, tuning
 from gnn_dist.runtime import transport as halo_transport
 from gnn_dist.runtime.failure import describe_user_error, exit_code, exit_line, is_collective_failure, print_traceback
 from gnn_dist.runtime.malloc import keep_freed_memory
@@ -285,6 +285,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     The context closes itself at interpreter exit (or use `with gd.init() as ctx:`). An exception or
     `sys.exit(n)` on one rank is printed there in one line, and every rank leaves with its code.
     """
+    tuning.read_environment()  # the environment's overrides, once, before anything reads them
     if transport not in ("auto", "gloo"):
         raise LaunchError(f"unknown transport '{transport}' (choose auto or gloo)")
     if threads is not None and threads < 1:

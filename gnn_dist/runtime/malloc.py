@@ -29,13 +29,13 @@ import functools
 import os
 import sys
 
+from gnn_dist.runtime import tuning
+
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit: larger requests are still mmap()ed
 HUGE_PAGE = 2 << 20  # with torch's huge pages, tensors from this size are mapped afresh (keep_freed_memory)
-TRIM_THRESHOLD = 1 << 30
 KERNEL_HUGE_PAGES = "/sys/kernel/mm/transparent_hugepage/enabled"  # "always [madvise] never": the mode in brackets
-HUGE_PAGES_MIN_BYTES = 96 << 20  # measured faster at 128 MB of activations per rank, slower at 51 MB and below
 
 
 def prefer_huge_pages(activation_bytes: int) -> bool:
@@ -43,7 +43,7 @@ def prefer_huge_pages(activation_bytes: int) -> bool:
     (rows x width x 4 B) reach HUGE_PAGES_MIN_BYTES. Only takes effect before torch is imported, and leaves
     a value the user set alone. Returns whether torch will use them."""
     if ("torch" not in sys.modules and os.environ.get("GNN_DIST_MALLOC", "auto") != "system"
-            and activation_bytes >= HUGE_PAGES_MIN_BYTES):
+            and activation_bytes >= tuning.HUGE_PAGES_MIN_BYTES):
         os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     return os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
 
@@ -140,7 +140,8 @@ def keep_freed_memory() -> bool:
     if libc is None:
         return False  # not glibc (musl, macOS), or GNN_DIST_MALLOC=system: nothing to tune
     mmap_from = HUGE_PAGE if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" and _kernel_huge_pages() else MMAP_THRESHOLD_MAX
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap_from)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    trim = tuning.MALLOC_TRIM_THRESHOLD_BYTES
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, mmap_from)) and bool(libc.mallopt(M_TRIM_THRESHOLD, trim))
 
 
 def _kernel_huge_pages() -> bool:

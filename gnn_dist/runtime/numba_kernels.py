@@ -23,6 +23,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from gnn_dist.runtime.tuning import DITHER_TABLE_VALUES
+
 _M32 = np.uint64(0xFFFFFFFF)
 
 
@@ -48,29 +50,26 @@ def _uniform(key, idx):
     return np.float32(_hash32(key, idx) >> np.uint64(8)) * np.float32(1.0 / 16777216.0)
 
 
-DITHER_TABLE = 1 << 16  # dither values drawn per block; larger blocks read it at random row offsets
-
-
 @nb.njit(cache=True, nogil=True, boundscheck=False)
 def _dither_table(key, n, w):
     """Uniforms for a block of n rows of width w, and each row's start in them.
 
     Hashing every element costs three times the rest of encoding, so a block
-    hashes at most DITHER_TABLE + w values. Blocks that fit use one value per
+    hashes at most DITHER_TABLE_VALUES + w values. Blocks that fit use one value per
     element (as independent as hashing each); larger ones read row i at a
     random offset, so each element's dither is still U[0, 1) (the rounding
     stays unbiased, the variance unchanged) and two rows share a value at
-    the same column with probability 1 / DITHER_TABLE.
+    the same column with probability 1 / DITHER_TABLE_VALUES.
     """
-    fits = n * w <= DITHER_TABLE
-    size = n * w if fits else DITHER_TABLE + w
+    fits = n * w <= DITHER_TABLE_VALUES
+    size = n * w if fits else DITHER_TABLE_VALUES + w
     table = np.empty(size, np.float32)
     for t in range(size):
         table[t] = _uniform(key, np.uint64(t))
     start = np.empty(n, np.int64)
     salt = key ^ np.uint64(0x5BD1E995)
     for i in range(n):
-        start[i] = i * w if fits else np.int64(_hash32(salt, np.uint64(i)) & np.uint64(DITHER_TABLE - 1))
+        start[i] = i * w if fits else np.int64(_hash32(salt, np.uint64(i)) & np.uint64(DITHER_TABLE_VALUES - 1))
     return table, start
 
 

@@ -27,17 +27,14 @@ Blocks travel as bytes in a datatype of one row, so any dtype goes
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import torch.distributed as dist
 
-from gnn_dist.runtime import staging
+from gnn_dist.runtime import staging, tuning
 from gnn_dist.runtime.cgroups import usable_cpus
 
 _COMMS: dict = {}  # torch process group -> MPI communicator carrying its CPU all-to-alls
-# plans with at most this many rows per all-to-all on every rank use MPI (`agree_small`); the variable is for measuring
-MPI_MAX_ROWS = int(os.environ.get("GNN_DIST_MPI_MAX_ROWS", 16384))
 _ROW_TYPES: dict = {}  # row bytes -> committed MPI datatype
 
 
@@ -45,7 +42,7 @@ def host_cores() -> float:
     """Cores per host for the launcher's rule (MPI only where ranks do not outnumber them): the CPUs this
     process may use (`cgroups.usable_cpus`: a 0.45-core quota is less than one rank's polling needs);
     GNN_DIST_HOST_CORES overrides the count, so a 2-core box can take the transport a 16-core one would (tests)."""
-    return float(os.environ.get("GNN_DIST_HOST_CORES") or usable_cpus())
+    return tuning.ENV.host_cores or usable_cpus()
 
 
 class MPIWork:
@@ -127,7 +124,7 @@ def agree_small(group, rows: int) -> bool:
         return False
     t = torch.tensor([rows], dtype=torch.int64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return int(t[0]) <= MPI_MAX_ROWS
+    return int(t[0]) <= tuning.ENV.mpi_max_rows
 
 
 def _ialltoallv(comm, output: torch.Tensor, input: torch.Tensor, out_splits, in_splits) -> MPIWork:

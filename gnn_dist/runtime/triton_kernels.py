@@ -40,8 +40,9 @@ import torch
 import triton
 import triton.language as tl
 
-DITHER_TABLE = 1 << 16  # numba_kernels.DITHER_TABLE (tests/test_triton_kernels.py holds them equal)
-_TABLE = tl.constexpr(DITHER_TABLE)  # what a kernel may read of it
+from gnn_dist.runtime.tuning import DITHER_TABLE_VALUES  # numba_kernels' too: the same dither, the same bits
+
+_TABLE = tl.constexpr(DITHER_TABLE_VALUES)  # what a kernel may read of it
 TILE = 4096  # values per program: a few KB in flight per program, thousands of programs for a 1M-row block
 MAX_BLOCK_W = 2048  # widest column chunk a program takes at once; wider rows loop over chunks
 MAX_BLOCK_R = 256  # most rows per program (narrow rows)
