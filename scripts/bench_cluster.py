@@ -97,6 +97,14 @@ class Lab:
             self.config = None
 
 
+def settings_list(text: str) -> list[str]:
+    """--settings: names from SETTINGS, comma-separated."""
+    names = [x for x in text.split(",") if x]
+    if not names or set(names) - set(SETTINGS):
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(SETTINGS)}, got {text!r}")
+    return names
+
+
 def partition(spec: str, parts: int, work: Path) -> Path:
     """The default partition of `spec` into `parts`, priced for the model trained here (made once, outside the hosts)."""
     out = work / f"{spec.split(':')[0]}-{zlib.crc32(spec.encode()):08x}-{parts}"
@@ -201,12 +209,13 @@ def sweep(a: argparse.Namespace, res: Results, lab: Lab) -> None:
     t0 = time.perf_counter()
     for graph in a.graphs:  # the repeats outside P: this box's drift over minutes falls on every row alike
         spec = GRAPHS.get(graph, graph)
-        reference(a, res, spec)
+        if set(a.settings) - {"exact"}:  # the target of their time-to-accuracy runs
+            reference(a, res, spec)
         parts = {p: partition(spec, p, a.work) for p in a.hosts}
         for rep in range(a.repeat):
             for p, part in parts.items():
                 for rate in (["none"] if p == 1 else a.rates):
-                    settings = ["exact"] if p == 1 or rate != a.rates[-1] else list(SETTINGS)
+                    settings = ["exact"] if p == 1 or rate != a.rates[-1] else a.settings
                     for s in settings:
                         tta = rep == 0 and s != "exact"  # one longer run per setting and P gives its epochs to target
                         key = {"kind": "sweep", "graph": spec, "P": p, "rate": rate, "cores": a.cores, "setting": s,
@@ -307,6 +316,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--rates", type=lambda x: x.split(","), default=["200mbit", "1gbit"],
                    help="link rates; adaptive and auto run at the last only")
     s.add_argument("--repeat", type=int, default=3)
+    s.add_argument("--settings", type=settings_list, default=list(SETTINGS),
+                   help=f"what runs at the last rate (default {','.join(SETTINGS)}; exact alone: no time to accuracy)")
     s.add_argument("--epochs", type=int, default=5, help="epochs of a timing run (the first is warm-up)")
     s.add_argument("--tta-epochs", type=int, default=20, help="epochs of exact's reference run (N of the target)")
     s.add_argument("--tta-run-epochs", type=int, default=8,

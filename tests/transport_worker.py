@@ -1,4 +1,4 @@
-"""Run under mpiexec by tests/test_transport.py: MPI and gloo all-to-alls deliver the same bytes.
+"""Run under mpiexec by tests/test_transport.py: MPI, gloo's own and the duplex all-to-alls deliver the same bytes.
 
 Usage: mpiexec -n P python tests/transport_worker.py OUT
 Writes OUT/rank<R>.txt: "ok" if every check held (the bytes; then whether exchange plans agree on
@@ -16,13 +16,22 @@ from gnn_dist.runtime.exchange import HaloExchange
 from gnn_dist.runtime.launch import init
 
 
-def exchange(ctx, t: torch.Tensor, splits: list[int], back: list[int], mpi: bool) -> torch.Tensor:
-    """All-to-all of `t` (splits[q] rows to rank q), over MPI or gloo."""
+def exchange(ctx, t: torch.Tensor, splits: list[int], back: list[int], how: str, wait: bool = True):
+    """All-to-all of `t` (splits[q] rows to rank q): `how` mpi, duplex (a connection per direction) or gloo's own."""
     out = torch.empty((sum(back),) + tuple(t.shape[1:]), dtype=t.dtype)
-    work = transport.all_to_all(out, t, back, splits, group=ctx.halo_group, async_op=True, mpi=mpi)
-    assert isinstance(work, transport.MPIWork) == mpi, "the transport asked for was not the one used"
-    work.wait()
-    return out
+    if how == "gloo":
+        work = torch.distributed.all_to_all_single(out, t, back, splits, group=ctx.halo_group, async_op=True)
+    else:
+        work = transport.all_to_all(out, t, back, splits, group=ctx.halo_group, async_op=True, mpi=how == "mpi")
+        kind = transport.MPIWork if how == "mpi" else transport.Requests
+        assert isinstance(work, kind), f"asked for {how}, got {type(work).__name__}"
+    if wait:
+        work.wait()
+    return out if wait else (out, work)
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.view(torch.uint8) if a.numel() else a, b.view(torch.uint8) if b.numel() else b)
 
 
 def plans(ctx) -> str:
@@ -52,10 +61,15 @@ def main() -> None:
              torch.randint(0, 255, (sum(splits), 7), generator=gen, dtype=torch.uint8),
              torch.randint(-9, 9, (sum(splits),), generator=gen, dtype=torch.int64), torch.zeros(sum(splits), 0)]
     for i, t in enumerate(cases):
-        a, b = exchange(ctx, t, splits, back, True), exchange(ctx, t, splits, back, False)
-        if msg == "ok" and not (a.shape == b.shape and torch.equal(a.view(torch.uint8) if a.numel() else a,
-                                                                     b.view(torch.uint8) if b.numel() else b)):
-            msg = f"case {i} ({t.dtype}, {tuple(t.shape)}): MPI and gloo delivered different bytes"
+        a, b, c = (exchange(ctx, t, splits, back, how) for how in ("mpi", "duplex", "gloo"))
+        if msg == "ok" and not (same(a, c) and same(b, c)):
+            msg = f"case {i} ({t.dtype}, {tuple(t.shape)}): MPI {same(a, c)}, duplex {same(b, c)} against gloo's own"
+    # two duplex all-to-alls in flight at once (stale blocks), waited in the reverse order
+    (first, w1), (second, w2) = (exchange(ctx, t, splits, back, "duplex", wait=False) for t in cases[:2])
+    w2.wait(), w1.wait()
+    if msg == "ok" and not (same(first, exchange(ctx, cases[0], splits, back, "gloo"))
+                            and same(second, exchange(ctx, cases[1], splits, back, "gloo"))):
+        msg = "two duplex all-to-alls in flight delivered other bytes than one at a time"
     if msg == "ok":
         msg = plans(ctx)
     (out_dir / f"rank{r}.txt").write_text(msg)

@@ -4,7 +4,7 @@ A threshold is a choice that measurement made (why each value is what it is stay
 a library or the hardware (glibc's mallopt codes, a huge page's size) stays in the module that uses it.
 
 The environment overrides (`GNN_DIST_CODEC`, `GNN_DIST_DROPOUT`, `GNN_DIST_MPI_MAX_ROWS`,
-`GNN_DIST_HOST_CORES`) are read once, by `read_environment()`: `gnn_dist.init` calls it before anything
+`GNN_DIST_HOST_CORES`, `GNN_DIST_GLOO_DUPLEX`) are read once, by `read_environment()`: `gnn_dist.init` calls it before anything
 else, and a process that never calls `init` may call it itself. Until then every override holds its
 default. `GNN_DIST_MALLOC` is apart: the allocator must be set before torch is imported
 (`gnn_dist.runtime.malloc`), so it is read there, at process start.
@@ -62,6 +62,7 @@ class Environment:
     dropout_backend: str = "auto"  # GNN_DIST_DROPOUT: auto | torch (torch's F.dropout, not the hashed masks)
     mpi_max_rows: int = MPI_MAX_ROWS_DEFAULT  # GNN_DIST_MPI_MAX_ROWS: for measuring the transports
     host_cores: float | None = None  # GNN_DIST_HOST_CORES: cores per host for the transport rule (tests); None: measured
+    gloo_duplex: bool = True  # GNN_DIST_GLOO_DUPLEX=0: gloo's own all-to-all (one connection a pair) instead
 
 
 ENV = Environment()  # changed in place: modules hold this object, never a copy of a field
@@ -78,6 +79,10 @@ def read_environment(environ: dict | None = None) -> Environment:
         setattr(read, f"{name}_backend", value)
     read.mpi_max_rows = int(_number(environ, "GNN_DIST_MPI_MAX_ROWS", MPI_MAX_ROWS_DEFAULT, whole=True))
     cores = _number(environ, "GNN_DIST_HOST_CORES", None, whole=False)
+    duplex = (environ.get("GNN_DIST_GLOO_DUPLEX") or "1").strip()
+    if duplex not in ("0", "1"):
+        raise LaunchError(f"GNN_DIST_GLOO_DUPLEX={duplex[:40]!r}: 1 (a connection per direction) or 0")
+    read.gloo_duplex = duplex == "1"
     read.host_cores = None if cores is None else float(cores)
     for f in fields(Environment):
         setattr(ENV, f.name, getattr(read, f.name))
