@@ -15,7 +15,8 @@ import torch
 from gnn_dist.nn.norm import BatchNorm
 from gnn_dist.runtime import staging, transport
 from gnn_dist.runtime.collectives import all_sum, broadcast
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloWait
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime.halo_fetch import HaloWait
 from gnn_dist.runtime.launch import init
 
 INNER = 40

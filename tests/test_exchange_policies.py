@@ -6,7 +6,8 @@ import torch
 
 from gnn_dist.runtime import codec, policy_state
 from gnn_dist.runtime.adaptive import solve_bits, variance
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, fetch_halo
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime.halo_fetch import fetch_halo
 
 
 def make(cfg: ExchangeConfig, n: int = 50) -> HaloExchange:
@@ -274,6 +275,27 @@ def test_a_provided_tensor_is_held_weakly_and_still_served(group):
     assert torch.equal(ex.start(y, None).wait(), y[::2])
 
 
+def test_a_halo_provided_as_rows_is_held_for_its_tensor_only_and_goes_with_it(group):
+    """provide(x, rows): held(x) and start(x) give the rows and send nothing; another tensor is not held; a
+    function (the input cache) is not held, as it fetches; x's entry, and so its rows, go when x goes."""
+    import gc
+    import weakref
+
+    ex = make(ExchangeConfig())
+    x, rows = torch.randn(50, 3), torch.full((25, 3), 7.0)
+    ex.provide(x, rows)
+    calls = ex.stats["fwd.eval"].calls
+    assert ex.held(x) is rows and ex.start(x, None).wait() is rows and ex.stats["fwd.eval"].calls == calls
+    assert ex.held(x.clone()) is None
+    lazy = torch.randn(50, 3)
+    ex.provide(lazy, lambda e, r=rows: r)
+    assert ex.held(lazy) is None and ex.start(lazy, None).wait() is rows
+    gone = weakref.ref(rows)
+    del x, lazy, rows
+    gc.collect()
+    assert gone() is None and not ex._given
+
+
 @pytest.mark.parametrize("cfg", [ExchangeConfig(staleness=1, momentum=0.0), ExchangeConfig(skip_threshold=10.0)])
 def test_an_owner_that_does_not_reuse_rows_is_sent_fresh_and_whole(group, cfg):
     """Built-in layers that send rows after dropout set reuse_rows = False: staleness and skipping pass them by."""
@@ -332,3 +354,17 @@ def test_received_gradients_are_summed_peer_by_peer_in_peer_order():
     assert torch.equal(pending.add_into(base.clone(), index, [300] * 4), one_call) and calls == [1200]
     pending.wait()  # once decoded, the decoded rows are summed, peer by peer
     assert torch.equal(pending.add_into(base.clone(), index, [300] * 4), one_call) and calls == [1200]
+
+
+def test_reconfigure_only_before_the_first_training_exchange(group):
+    """`--exchange auto` (and a resume) switch settings through `reconfigure`, which a live exchange refuses:
+    its policies' state belongs to the settings it began with."""
+    ex = make(ExchangeConfig())
+    ex.reconfigure(ExchangeConfig(codec="int8"), auto_links={"measured": True})
+    assert ex.config.codec == "int8" and ex.policy is None and ex.auto_links == {"measured": True}
+    ex.channel("layer", training=False)  # evaluation begins no step
+    ex.reconfigure(ExchangeConfig(staleness=1))
+    ex.channel("layer", training=True)
+    with pytest.raises(RuntimeError, match="only before its first training exchange"):
+        ex.reconfigure(ExchangeConfig())
+    assert ex.config.staleness == 1

@@ -132,7 +132,7 @@ trainer = DynamicTrainer(model, seq, ctx, window=4, snapshot_group=2, lr=0.01, p
 for epoch in range(3):
     trainer.train_epoch(epoch)
     trainer.task.epoch_record()  # as the loop logs it: this epoch's traffic, and the exchanges seen, reset
-steps = [[ex.clock.epoch, sorted(ex._queues)] for ex in seq.exchanges(every=True)]
+steps = [[ex.clock.epoch, sorted(ex.stale.queues)] for ex in seq.exchanges(every=True)]
 Path(sys.argv[2], f"rank{ctx.rank}.json").write_text(json.dumps(steps))  # a file each: no interleaved lines
 """
 

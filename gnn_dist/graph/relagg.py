@@ -17,7 +17,6 @@ import scipy.sparse as sp
 import torch
 
 from gnn_dist.graph.local import LocalGraph, SplitOperator, _to_torch_csr, spmm
-from gnn_dist.runtime import transport
 from gnn_dist.runtime.transfers import add_per_peer
 
 
@@ -34,7 +33,7 @@ class RelAggPlan:
     pos: torch.Tensor  # where received aggregates land in the [R * n_inner] aggregate
     op: SplitOperator  # stacked relation operator without the aggregated cross edges
     group: object
-    exchange: object = None  # the row exchange: its per-channel stats count these bytes too
+    exchange: object = None  # the row exchange: its wire carries these all-to-alls, its stats count them
 
     @property
     def send_splits(self) -> list[int]:
@@ -91,15 +90,9 @@ def build_plan(graph: LocalGraph, arrays: dict, rank: int) -> RelAggPlan:
 
 def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int], plan: RelAggPlan,
                 label: str):
-    """One all-to-all of raw rows and partial aggregates, counted under `label` ("fwd.raf.L0", "raf.eval"); over
-    MPI where the row exchange's plans go (it is waited for before any other collective)."""
-    out = send.new_empty(out_rows, send.shape[1])
-    mpi = plan.exchange is not None and plan.exchange.over_mpi()
-    work = transport.all_to_all(out, send, out_splits, in_splits, group=plan.group, async_op=True, mpi=mpi)
-    if plan.exchange is not None:
-        stats = plan.exchange.stats[label]
-        stats.add([k * send.shape[1] * send.element_size() for k in in_splits], in_splits, transport.is_mpi(work))
-    return out, work
+    """One all-to-all of raw rows and partial aggregates on the row exchange's wire, counted under `label`
+    ("fwd.raf.L0", "raf.eval"); exact fp32, over MPI where the row exchange's plans go."""
+    return plan.exchange.transfer(send, out_rows, out_splits, in_splits, label=label)
 
 
 class RelAggSpMM(torch.autograd.Function):
@@ -115,12 +108,11 @@ class RelAggSpMM(torch.autograd.Function):
         raw = x[plan.send_idx]
         for p, (rows, k) in enumerate(zip(torch.split(raw, plan.raw_send), plan.sums)):
             blocks += [rows] + ([plan.sums[p] @ x] if k is not None else [])
-        recv, work = _all_to_all(torch.cat(blocks), sum(plan.recv_splits), plan.recv_splits, plan.send_splits, plan,
-                                  f"fwd.raf.{channel}" if channel is not None else "raf.eval")
+        pending = _all_to_all(torch.cat(blocks), sum(plan.recv_splits), plan.recv_splits, plan.send_splits, plan,
+                              f"fwd.raf.{channel}" if channel is not None else "raf.eval")
         op, n, nc, f = plan.op, graph.num_inner, graph.num_central, x.shape[1]
         out_c = op.central @ x if op.central.shape[0] else x.new_zeros(0, f)
-        work.wait()
-        parts = torch.split(recv, plan.recv_splits)
+        parts = torch.split(pending.wait(), plan.recv_splits)
         halo = x.new_zeros(graph.num_src - n, f)
         halo[plan.halo_pos] = torch.cat([b[:k] for b, k in zip(parts, plan.raw_recv)])
         partial = torch.cat([b[k:] for b, k in zip(parts, plan.raw_recv)])
@@ -141,14 +133,13 @@ class RelAggSpMM(torch.autograd.Function):
         blocks = []
         for hb, pb in zip(torch.split(halo_g, plan.raw_recv), torch.split(partial_g, plan.agg_recv)):
             blocks += [hb, pb]
-        recv, work = _all_to_all(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits, plan,
-                                  f"bwd.raf.{ctx.channel}")
+        pending = _all_to_all(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits, plan,
+                              f"bwd.raf.{ctx.channel}")
         g_x = spmm(op.local_t, g_m)
         if nc:
             g_x += op.central_t @ g_c
-        work.wait()
         raw_parts = []
-        for p, b in enumerate(torch.split(recv, plan.send_splits)):
+        for p, b in enumerate(torch.split(pending.wait(), plan.send_splits)):
             raw_parts.append(b[: plan.raw_send[p]])
             if plan.sums_t[p] is not None:
                 g_x += plan.sums_t[p] @ b[plan.raw_send[p]:]

@@ -15,8 +15,6 @@ Exact exchanges keep dropping before sending (`relu_dropout`): no extra pass.
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn.functional as F
 
@@ -24,7 +22,7 @@ from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import input_step_key, keyed_dropout, relu_dropout
 from gnn_dist.nn.message_passing import exchange_channel
 from gnn_dist.runtime import streams
-from gnn_dist.runtime.exchange import SharedHalo, fetch_halo
+from gnn_dist.runtime.halo_fetch import fetch_halo
 
 
 class KeyedDropout(torch.autograd.Function):
@@ -41,23 +39,22 @@ class KeyedDropout(torch.autograd.Function):
 
 
 def hidden_dropout(h: torch.Tensor, graph: LocalGraph, p: float, training: bool, layer: int,
-                   owner: torch.nn.Module) -> tuple[torch.Tensor, LocalGraph]:
-    """dropout(ReLU(h)) as layer `layer`'s input, and the graph that layer reads it with.
+                   owner: torch.nn.Module) -> torch.Tensor:
+    """dropout(ReLU(h)) as layer `layer`'s input.
 
     Where the exchange reuses boundary rows (see the module), ReLU(h)'s halo is fetched on `owner`'s
-    channel and dropped here by node id; the graph returned then hands the layer that halo, so the
-    layer must aggregate its input (not x W) for this to save anything: the caller decides.
+    channel, dropped here by node id and `provide`d: the layer then finds it held, so it must aggregate
+    its input (not x W) for this to save anything: the caller decides.
     """
     key = input_step_key()
     ex = graph.exchange
     reuses = getattr(getattr(ex, "config", None), "reuses_rows", False)  # (stand-ins without a config: no)
     if not (training and p > 0.0 and key is not None and reuses and torch.is_grad_enabled()):
-        return relu_dropout(h, p, training), graph
+        return relu_dropout(h, p, training)
     r = F.relu(h)
     halo = fetch_halo(r, ex, exchange_channel(graph, owner))
     ids, n = graph.global_id_tensor(), graph.num_inner
     k = streams.derive(key, layer)
     x = KeyedDropout.apply(r, ids[:n], p, k)
-    view = copy.copy(graph)
-    view.exchange = SharedHalo(ex, x, KeyedDropout.apply(halo, ids[n:], p, k))
-    return x, view
+    ex.provide(x, KeyedDropout.apply(halo, ids[n:], p, k))  # the next layer finds x's halo held
+    return x

@@ -26,7 +26,7 @@ def aggregate_first(x: torch.Tensor, d_in: int, d_out: int, graph: LocalGraph | 
     them only if x itself needs a gradient. The first layer's input features
     do not, so there aggregating a d_in-wide X costs d_in columns against
     2 d_out, and its backward skips the sparse product and the exchange.
-    Where x's halo is already at hand (`SharedHalo`, given `graph`), aggregating x sends nothing.
+    Where x's halo is already at hand (`HaloExchange.held`, given `graph`), aggregating x sends nothing.
     """
     if graph is not None and provided_halo(graph, x) is not None:
         return True

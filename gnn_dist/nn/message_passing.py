@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from gnn_dist.graph.local import LocalGraph, SplitOperator, spmm
-from gnn_dist.runtime.exchange import HaloWait
+from gnn_dist.runtime.halo_fetch import HaloFetch
 
 AGGRS = {"sum": "sum", "add": "sum", "mean": "mean", "max": "max"}  # PyG's "add" is "sum"
 NORMS = {"none": "none", "raw": "none", "gcn": "gcn"}
@@ -36,9 +36,8 @@ def exchange_channel(graph: LocalGraph, owner: nn.Module) -> str | None:
 
 
 def provided_halo(graph: LocalGraph, x: torch.Tensor) -> torch.Tensor | None:
-    """x's halo rows if the graph's exchange already holds them (`SharedHalo`), else None."""
-    provided = getattr(graph.exchange, "provided", None)
-    return provided(x) if provided is not None else None
+    """x's halo rows if the graph's exchange already holds them (`HaloExchange.provide`), else None."""
+    return graph.exchange.held(x) if graph.exchange is not None else None
 
 
 class HaloSpMM(torch.autograd.Function):
@@ -47,17 +46,14 @@ class HaloSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, op: SplitOperator, graph: LocalGraph, channel: str | None) -> torch.Tensor:
         ctx.op, ctx.graph, ctx.channel = op, graph, channel
-        ex = graph.exchange
-        pending = ex.start(x, channel) if ex is not None else None
-        if pending is not None and not graph.overlap:
-            halo = pending.wait()
+        fetch = HaloFetch(graph.exchange, x, channel) if graph.exchange is not None else None
+        if fetch is not None and not graph.overlap:
+            fetch.settle()
         out, nc = _rows_of(op, x), op.num_central
         spmm(op.central, x, out[:nc])
         spmm(op.local, x, out[nc:])
-        if pending is not None:
-            if graph.overlap:
-                halo = pending.wait()
-            spmm(op.halo, halo, out[nc:], add=True)
+        if fetch is not None:
+            spmm(op.halo, fetch.rows(), out[nc:], add=True)
         return out
 
     @staticmethod
@@ -78,7 +74,7 @@ class HaloSpMM(torch.autograd.Function):
 
 
 class ProvidedSpMM(torch.autograd.Function):
-    """out = A @ [x; halo] with the halo already at hand (`SharedHalo`): no exchange either way."""
+    """out = A @ [x; halo] with the halo already at hand (`HaloExchange.held`): no exchange either way."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, halo: torch.Tensor, op: SplitOperator) -> torch.Tensor:
@@ -289,20 +285,20 @@ class MessagePassing(nn.Module):
         ex = graph.exchange
         src_inner = {n: self._side(inputs[n], True) for n in src_names}
         halo = {n: provided_halo(graph, t) for n, t in src_inner.items()}
-        if all(h is not None for h in halo.values()):  # every source's halo at hand (SharedHalo): no exchange
+        if all(h is not None for h in halo.values()):  # every source's halo at hand (provided): no exchange
             ex = None
         else:
             halo = {}
         if ex is not None and src_names:
             packed, sizes, tails = self._pack([src_inner[n] for n in src_names])
-            pending = ex.start(packed, channel)
+            fetch = HaloFetch(ex, packed, channel)
             if not graph.overlap:
-                halo = self._unpack(HaloWait.apply(packed, pending, ex, channel), src_names, sizes, tails)
+                halo = self._unpack(fetch.halo(), src_names, sizes, tails)
         nc = graph.num_central
         run = self._aggregate_block if hook == "message" else self._edge_block
         out_c = run(graph, edges["central"], inputs, edge_inputs, src_inner, 0, nc)
         if ex is not None and src_names and graph.overlap:
-            halo = self._unpack(HaloWait.apply(packed, pending, ex, channel), src_names, sizes, tails)
+            halo = self._unpack(fetch.halo(), src_names, sizes, tails)
         sources = {n: torch.cat([src_inner[n], halo[n]]) if n in halo else src_inner[n] for n in src_names}
         return [out_c, run(graph, edges["marginal"], inputs, edge_inputs, sources, nc, graph.num_inner)]
 

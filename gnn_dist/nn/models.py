@@ -51,14 +51,13 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             if embed and i == len(self.convs) - 1:
                 return F.relu(x) if i > 0 else x
-            view = graph
             if i == 0:  # the input's halo may come from a once-fetched copy, dropped alike by node id
                 x = input_dropout(x, graph, self.dropout, self.training)
             elif self.aggregates_input[i]:  # ReLU and dropout; rows reused across steps are sent before dropout
-                x, view = hidden_dropout(x, graph, self.dropout, self.training, i, conv)
+                x = hidden_dropout(x, graph, self.dropout, self.training, i, conv)
             else:  # the previous layer's ReLU and this layer's dropout, in one pass
                 x = relu_dropout(x, self.dropout, self.training)
-            x = conv(x, view)
+            x = conv(x, graph)
         return x
 
 

@@ -38,8 +38,7 @@ from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import input_dropout
 from gnn_dist.nn.message_passing import exchange_channel, provided_halo
 from gnn_dist.nn.norm import BatchNorm
-from gnn_dist.runtime.exchange import HaloWait
-from gnn_dist.runtime.transfers import Ready
+from gnn_dist.runtime.halo_fetch import HaloFetch
 from partition.errors import UsageError
 
 # PyG norms whose statistics run over all the nodes a call sees: per rank they would differ from one process
@@ -183,20 +182,19 @@ class Distributed(nn.Module):
 
     def _gd_run(self, graph: LocalGraph, src: torch.Tensor, dst: torch.Tensor, rest: dict, edge: dict, plan: dict):
         """Central rows while the halo travels, then the rest (or all rows at once, after it)."""
-        ex, halo, pending, channel = graph.exchange, None, None, None
+        ex, halo, fetch = graph.exchange, None, None
         if ex is not None:
             halo = provided_halo(graph, src)
-            if halo is None:
+            if halo is None:  # (a held halo names no channel: the names are the checkpoints' keys)
                 if src is graph.x:  # the input features: their halo is fetched once (the input cache)
                     input_dropout(src, graph, 0.0, False)
-                channel = exchange_channel(graph, self)
-                pending = ex.start(src, channel)
+                fetch = HaloFetch(ex, src, exchange_channel(graph, self))
                 if not graph.overlap:  # wait now; the autograd graph, so the order of sums, stays the same
-                    pending = Ready(pending.wait())
+                    fetch.settle()
         results, last = [], len(plan["blocks"]) - 1
         for i, block in enumerate(plan["blocks"]):  # the last block reads the halo
-            if pending is not None and i == last:
-                halo, pending = HaloWait.apply(src, pending, ex, channel), None
+            if fetch is not None and i == last:
+                halo, fetch = fetch.halo(), None
             if block.hi > block.lo or not last:
                 rows = torch.cat([src, halo]) if i == last and halo is not None else src
                 results.append((block, self._gd_call(block, rows, dst, rest, edge)))

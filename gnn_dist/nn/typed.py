@@ -5,8 +5,6 @@ Parameter names follow PyG (`RGCNConv`: weight, comp, root, bias;
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,7 +15,7 @@ from gnn_dist.graph.typed import relation_operator, relation_view
 from gnn_dist.nn.conv import SAGEConv, _glorot
 from gnn_dist.nn.dropout import dropout
 from gnn_dist.nn.message_passing import HaloSpMM, exchange_channel
-from gnn_dist.runtime.exchange import SharedHalo, fetch_halo
+from gnn_dist.runtime.halo_fetch import fetch_halo
 
 
 class TypedLinear(nn.Module):
@@ -82,7 +80,7 @@ class HeteroConv(nn.Module):
 
     `convs` maps "src:rel:dst" to a layer; each layer sees relation r's view
     (same rows, degrees counted in r) and only rows of r's destination type
-    keep its output. The layer's input halo is fetched once (`SharedHalo`), not
+    keep its output. The layer's input halo is fetched once (and `provide`d), not
     once per relation: each relation's layer reads the halo rows its edges
     touch, a row any relation needs crosses the wire once per layer, and the
     halo gradients of all relations go back in one all-to-all. (A layer that
@@ -100,11 +98,8 @@ class HeteroConv(nn.Module):
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
         views = [relation_view(graph, r) for r in range(len(self.edge_types))]
         ex = graph.exchange
-        if ex is not None:  # x's halo once for all relations; a relation's layer reads the rows it needs
-            shared = SharedHalo(ex, x, fetch_halo(x, ex, exchange_channel(graph, self)))
-            views = [copy.copy(v) for v in views]
-            for v in views:
-                v.exchange = shared
+        if ex is not None:  # x's halo once for all relations; a relation's layer finds it held, reads what it needs
+            ex.provide(x, fetch_halo(x, ex, exchange_channel(graph, self)))
         out = None
         for r, key in enumerate(self.edge_types):
             if tuple(key.split(":")) not in self.convs:

@@ -139,6 +139,18 @@ class AdaptivePolicy:
         self.table = solve_bits(groups, self.links, self.config.budget_bits)
         self.solved_at = epoch
 
+    def state_dict(self) -> dict:
+        """The bit table, the statistics of the next solve, when it last solved, and the link model it budgets
+        with (measured at start-up: a resumed run would otherwise budget with other numbers)."""
+        return {"table": dict(self.table), "solved_at": int(self.solved_at),
+                "links": {k: (float(a), float(b)) for k, (a, b) in self.links.items()},
+                "local": {k: (torch.as_tensor(r).detach().double().cpu(), int(rows), int(width))
+                          for k, (r, rows, width) in self.local.items()}}
+
+    def load_state_dict(self, state: dict, device) -> None:
+        self.table, self.solved_at, self.links = dict(state["table"]), state["solved_at"], dict(state["links"])
+        self.local = {k: (r.to(device), rows, width) for k, (r, rows, width) in state["local"].items()}
+
     def measure_links(self, sizes=tuning.LINK_PROBE_BYTES, reps: int = tuning.LINK_PROBE_REPEATS) -> dict:
         """time = alpha * bytes + beta per directed link, one permutation round per peer offset.
 

@@ -16,7 +16,9 @@ The input features never change, so with `input_cache` their halo crosses
 the wire once (`static_halo`); the model drops it locally with masks keyed by
 node id (`gnn_dist.nn.dropout.input_dropout`) and `provide`s it, and the
 first layer's forward then sends nothing. Exact: the same values arrive as
-if sent.
+if sent. A halo fetched once for several layers (HeteroConv's relations,
+`gnn_dist.nn.boundary`) is `provide`d the same way, as a tensor: a layer
+fetching it (`gnn_dist.runtime.halo_fetch`) finds it `held`.
 
 On CUDA the whole exchange (gather of send rows aside) runs on a side stream: encoding, the NCCL
 all_to_all and decoding overlap whatever the default stream computes meanwhile (the central rows). Where
@@ -95,15 +97,12 @@ class HaloExchange:
         self.config = (config or ExchangeConfig()).validate()
         self.stats: dict[str, ChannelStats] = collections.defaultdict(ChannelStats)
         self.clock = StepClock()  # the training step, and each training call's channel name
-        self._queues: dict[str, collections.deque] = collections.defaultdict(collections.deque)
-        self._used: dict[str, torch.Tensor] = {}
-        self._drift: dict[str, tuple] = {}  # stale: channel -> (block last received, smoothed change per step)
-        self._sent_ref: dict[str, torch.Tensor] = {}
-        self._held: dict[str, torch.Tensor] = {}
+        self.stale = stale.StaleBlocks()  # each policy's state, owned by its part
+        self.skip = skip.SkippedRows()
         self._fresh: set[str] = set()  # channels of owners with reuse_rows = False: never stale or skipped
         self._static: tuple | None = None  # (input features, their halo rows), fetched once
         self._distinct: tuple | None = None  # (send_idx, its distinct rows, inverse)
-        self._provided: tuple | None = None  # (weak ref to a tensor, its halo rows): start() on it sends nothing
+        self._given: dict[int, tuple] = {}  # id(x) -> (weak ref to x, its halo or a function giving it): `provide`
         self.device = send_idx.device
         # transport: given (the same on every rank), or agreed now with the peers, who build theirs now too
         self._mpi = mpi if mpi is not None else transport.agree_small(group, max(self.num_halo, int(send_idx.shape[0])))
@@ -185,9 +184,7 @@ class HaloExchange:
 
     def drain(self) -> None:
         """Wait for every background (stale) exchange still in flight: a process group must not close under one."""
-        for q in self._queues.values():
-            while q:
-                q.popleft().wait()
+        self.stale.drain()
 
     def epoch_metrics(self) -> dict:
         out = {}
@@ -273,6 +270,18 @@ class HaloExchange:
 
         return Pending(work, finish, stats, accumulate=accumulate)
 
+    def transfer(self, rows: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int],
+                 channel: str | None = None, label: str = "") -> Pending:
+        """An all-to-all of `rows` on this exchange's wire (MPI where its plans go, CUDA's side stream): encoded
+        as `channel`'s settings say, or without one exact fp32 counted under `label`. For the plans of other
+        parts (skipped rows) and modules (`gnn_dist.graph.relagg`)."""
+        return self._a2a(rows, out_rows, out_splits, in_splits, channel, "fwd", label=label)
+
+    def tensors(self) -> list:
+        """What the exchange keeps between steps (its buffers in flight are a step's temporaries): the plan,
+        the policies' blocks and references, the input features' halo (memory reports)."""
+        return [self.send_idx, *self.stale.tensors(), *self.skip.tensors(), self._static, self._distinct]
+
     # ----------------------------------------------------------- directions
     def static_halo(self, x: torch.Tensor) -> torch.Tensor:
         """Halo rows of a tensor that never changes (the input features): sent once, fp32, then kept.
@@ -286,23 +295,36 @@ class HaloExchange:
         return self._static[1]
 
     def provide(self, x: torch.Tensor, halo) -> None:
-        """Declare that start(x), for exactly this tensor, receives `halo(self)`; it then sends nothing.
+        """Declare x's halo, for exactly this tensor, while it lives: start(x) then sends nothing.
 
-        `halo` is called only if a layer does exchange x, so nothing is fetched for a layer that sends XW."""
-        self._provided = (weakref.ref(x), halo)  # held, the step's dropped input stood in backward's peak
+        `halo`: the rows, fetched already and autograd-tracked (`held(x)` gives them: layers aggregate x
+        instead of x W, as it costs nothing), or a function of the exchange, called only if a layer does
+        exchange x (the input cache: nothing is fetched for a layer that sends x W). x is held weakly (a
+        step's dropped input would otherwise stand in backward's peak), and its entry goes with it."""
+        key, given = id(x), self._given
+        given[key] = (weakref.ref(x, lambda _, k=key: given.pop(k, None)), halo)
+
+    def _provided(self, x: torch.Tensor):
+        entry = self._given.get(id(x))
+        return entry[1] if entry is not None and entry[0]() is x else None
+
+    def held(self, x: torch.Tensor) -> torch.Tensor | None:
+        """x's halo if it was `provide`d as rows (at hand: no exchange), else None."""
+        halo = self._provided(x)
+        return halo if isinstance(halo, torch.Tensor) else None
 
     def start(self, x: torch.Tensor, channel: str | None = None):
         """Begin sending the rows peers need (x: this rank's inner rows); returns something to wait on.
 
         `channel` comes from `channel()`: None sends exact fp32 and touches no training state.
         """
-        if self._provided is not None and x is self._provided[0]():
-            return Ready(self._provided[1](self))
+        if (given := self._provided(x)) is not None:
+            return Ready(given if isinstance(given, torch.Tensor) else given(self))
         x = x.detach()
         if channel is None:
             return self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, None, "fwd", self.send_idx)
         if self.config.skip_threshold and channel not in self._fresh:
-            return skip.start_skipping(self, x[self.send_idx], f"fwd.{channel}")
+            return self.skip.start(self, x[self.send_idx], f"fwd.{channel}")
         pending = self._a2a(x, self.num_halo, self.recv_counts, self.send_counts, f"fwd.{channel}", "fwd", self.send_idx)
         return self._through_cache(f"fwd.{channel}", pending)
 
@@ -327,7 +349,7 @@ class HaloExchange:
     # ---------------------------------------------------------------- caches
     def _through_cache(self, channel: str, pending: Pending):
         """staleness S: the block this step uses while the fresh one travels (`stale`); `_fresh` ones pass by."""
-        return pending if channel[4:] in self._fresh else stale.through_cache(self, channel, pending)
+        return pending if channel[4:] in self._fresh else self.stale.through(self.config, self.epoch, channel, pending)
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
@@ -340,43 +362,3 @@ class HaloExchange:
 
     def load_state_dict(self, state: dict) -> None:
         policy_state.load(self, state)
-
-
-class SharedHalo:
-    """An exchange whose halo of one tensor `x` is already fetched (autograd-tracked `halo`): layers that
-    aggregate `x` read it and send nothing; anything else goes through the real exchange.
-
-    HeteroConv fetches its input's halo once per layer and hands it to every relation's layer, so the
-    rows any relation needs cross the wire once, and their gradients, summed over relations by
-    autograd, go home in one all-to-all.
-    """
-
-    def __init__(self, exchange: HaloExchange, x: torch.Tensor, halo: torch.Tensor):
-        self.exchange, self.x, self.halo = exchange, x, halo
-
-    def provided(self, t: torch.Tensor) -> torch.Tensor | None:
-        return self.halo if t is self.x else None
-
-    def __getattr__(self, name: str):
-        return getattr(self.exchange, name)
-
-
-def fetch_halo(x: torch.Tensor, exchange: HaloExchange, channel: str | None) -> torch.Tensor:
-    """x's halo rows, autograd-tracked: their gradients go back to the owners in backward."""
-    return HaloWait.apply(x, exchange.start(x, channel), exchange, channel)
-
-
-class HaloWait(torch.autograd.Function):
-    """Autograd edge for an exchange started outside autograd: forward waits, backward sends gradients home."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, pending, exchange: HaloExchange, channel: str | None = None) -> torch.Tensor:
-        ctx.exchange, ctx.num_inner, ctx.channel = exchange, x.shape[0], channel
-        return pending.wait()
-
-    @staticmethod
-    def backward(ctx, grad_halo: torch.Tensor):
-        ex = ctx.exchange
-        pending = ex.start_backward(grad_halo, ctx.channel)
-        grad = torch.zeros(ctx.num_inner, *grad_halo.shape[1:], dtype=grad_halo.dtype, device=grad_halo.device)
-        return ex.scatter_back(grad, pending), None, None, None

@@ -19,12 +19,7 @@ of policy settings; `mismatch` says when it cannot continue an exchange.
 """
 from __future__ import annotations
 
-import collections
 from typing import TYPE_CHECKING
-
-import torch
-
-from gnn_dist.runtime.transfers import Ready
 
 if TYPE_CHECKING:
     from gnn_dist.runtime.exchange import HaloExchange
@@ -50,22 +45,13 @@ def _compared(values: list | None) -> list | None:
     return values[:2] + values[3:]
 
 
-def _cpu(blocks: dict) -> dict:
-    return {k: v.detach().cpu() for k, v in blocks.items()}
-
-
 def save(ex: "HaloExchange") -> dict:
-    """This rank's policy state of exchange `ex` (stale blocks in flight are waited for)."""
+    """This rank's policy state of exchange `ex`: the envelope (plan, settings) around each part's own state
+    (the step clock's, the stale blocks', skipping's, the adaptive policy's), in one flat dict as before."""
     state = {"plan": [list(ex.send_counts), list(ex.recv_counts)], "settings": settings(ex), **ex.clock.state_dict(),
-             "stale": {ch: [p.wait().detach().cpu() for p in q] for ch, q in ex._queues.items()},
-             "used": _cpu(ex._used), "sent_ref": _cpu(ex._sent_ref), "held": _cpu(ex._held),
-             "drift": {ch: [None if t is None else t.detach().cpu() for t in pair] for ch, pair in ex._drift.items()}}
+             **ex.stale.state_dict(), **ex.skip.state_dict()}
     if ex.policy is not None:
-        p = ex.policy
-        state["adaptive"] = {"table": dict(p.table), "solved_at": int(p.solved_at),
-                             "links": {k: (float(a), float(b)) for k, (a, b) in p.links.items()},
-                             "local": {k: (torch.as_tensor(r).detach().double().cpu(), int(rows), int(width))
-                                       for k, (r, rows, width) in p.local.items()}}
+        state["adaptive"] = ex.policy.state_dict()
     return state
 
 
@@ -84,14 +70,8 @@ def mismatch(ex: "HaloExchange", state: dict) -> str | None:
 
 def load(ex: "HaloExchange", state: dict) -> None:
     """Continue exchange `ex` from `state` (check `mismatch` first)."""
-    dev = ex.device
     ex.clock.load_state_dict(state)
-    ex._queues = collections.defaultdict(collections.deque, {
-        ch: collections.deque(Ready(b.to(dev)) for b in blocks) for ch, blocks in state["stale"].items()})
-    ex._used, ex._sent_ref, ex._held = ({k: v.to(dev) for k, v in state[name].items()}
-                                        for name in ("used", "sent_ref", "held"))
-    ex._drift = {ch: tuple(None if t is None else t.to(dev) for t in pair) for ch, pair in state.get("drift", {}).items()}
+    ex.stale.load_state_dict(state, ex.device)
+    ex.skip.load_state_dict(state, ex.device)
     if ex.policy is not None and "adaptive" in state:
-        a, p = state["adaptive"], ex.policy
-        p.table, p.solved_at, p.links = dict(a["table"]), a["solved_at"], dict(a["links"])
-        p.local = {k: (r.to(dev), rows, width) for k, (r, rows, width) in a["local"].items()}
+        ex.policy.load_state_dict(state["adaptive"], ex.device)

@@ -20,55 +20,96 @@ unsmoothed (plain), or are waited for (fresh: only the forward rows are stale).
 
 Received blocks are never written: a block handed out may be an autograd
 output (HaloWait) or saved for backward, so each form builds a new tensor.
-The state (queues, block in use, previous received and drift) lives on the
-exchange, so checkpoints carry it (`gnn_dist.runtime.policy_state`).
+The state (queues, block in use, previous received and drift) is a `StaleBlocks`, one per exchange;
+checkpoints carry its `state_dict` (`gnn_dist.runtime.policy_state`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import collections
 
 import torch
 
 from gnn_dist.runtime.transfers import Ready
 
-if TYPE_CHECKING:
-    from gnn_dist.runtime.exchange import HaloExchange
-
 FORMS = ("feed", "correct")
 GRADS = ("same", "plain", "fresh")  # backward blocks: as forward's, stale unsmoothed, or waited for
 
 
-def through_cache(ex: "HaloExchange", channel: str, pending):
-    """What `channel` uses this step, given the exchange `pending` just started (see the module)."""
-    cfg = ex.config
-    s = cfg.staleness
-    grads = channel.startswith("bwd.")
-    if not s or (grads and cfg.stale_grads == "fresh"):
-        return pending
-    q = ex._queues[channel]
-    q.append(pending)
-    if ex.epoch < cfg.stale_warmup:  # exact warm-up: this step's own block; nothing older is kept
-        if _tracks(cfg) and len(q) > 1:  # last step's block, as a stale step would receive it: this step's
-            _observe(ex, channel, q[0].wait())  # is received first after the warm-up, and observed then
-        block = _fresh(q)
-        ex._used[channel] = block
+class StaleBlocks:
+    """One exchange's stale blocks: per channel, the blocks in flight (queued as started), the block in use,
+    and the block last received with its smoothed drift; `through` hands a channel its block (the module)."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+        self.used: dict[str, torch.Tensor] = {}
+        self.drift: dict[str, tuple] = {}  # channel -> (block last received, smoothed change per step)
+
+    def through(self, cfg, epoch: int, channel: str, pending):
+        """What `channel` uses at step `epoch`, given the exchange `pending` just started (see the module)."""
+        s = cfg.staleness
+        grads = channel.startswith("bwd.")
+        if not s or (grads and cfg.stale_grads == "fresh"):
+            return pending
+        q = self.queues[channel]
+        q.append(pending)
+        if epoch < cfg.stale_warmup:  # exact warm-up: this step's own block; nothing older is kept
+            if _tracks(cfg) and len(q) > 1:  # last step's block, as a stale step would receive it: this step's
+                self._observe(cfg, channel, q[0].wait())  # is received first after the warm-up, and observed then
+            block = _fresh(q)
+            self.used[channel] = block
+            return Ready(block)
+        received = None
+        while len(q) > s:
+            received = q.popleft().wait()
+        if received is None:  # nothing old enough yet: the oldest block queued, as it is
+            block = q[0].wait()
+            self.used[channel] = block
+            return Ready(block)
+        drift = self._observe(cfg, channel, received) if _tracks(cfg) else None
+        with torch.no_grad():  # blocks handed out may require grad: no history for the cache
+            if cfg.stale_bound and drift is not None and _relative(drift, received) > cfg.stale_bound:
+                block = _fresh(q)  # the boundary still moves fast: wait for this step's block
+            else:
+                plain = grads and cfg.stale_grads == "plain"
+                block = received if plain else _blend(cfg, received, self.used.get(channel), drift)
+        self.used[channel] = block
         return Ready(block)
-    received = None
-    while len(q) > s:
-        received = q.popleft().wait()
-    if received is None:  # nothing old enough yet: the oldest block queued, as it is
-        block = q[0].wait()
-        ex._used[channel] = block
-        return Ready(block)
-    drift = _observe(ex, channel, received) if _tracks(cfg) else None
-    with torch.no_grad():  # blocks handed out may require grad: no history for the cache
-        if cfg.stale_bound and drift is not None and _relative(drift, received) > cfg.stale_bound:
-            block = _fresh(q)  # the boundary still moves fast: wait for this step's block
-        else:
-            plain = grads and cfg.stale_grads == "plain"
-            block = received if plain else _blend(cfg, received, ex._used.get(channel), drift)
-    ex._used[channel] = block
-    return Ready(block)
+
+    def _observe(self, cfg, channel: str, received: torch.Tensor) -> torch.Tensor | None:
+        """Note a newly received block: the smoothed change per step since the previous one (None at first)."""
+        prev = self.drift.get(channel)
+        drift = None
+        if prev is not None and prev[0].shape == received.shape:
+            with torch.no_grad():
+                change = received - prev[0]
+                drift = change if prev[1] is None else torch.lerp(change, prev[1], cfg.momentum)
+        self.drift[channel] = (received, drift)
+        return drift
+
+    def drain(self) -> None:
+        """Wait for every block still in flight: a process group must not close under one."""
+        for q in self.queues.values():
+            while q:
+                q.popleft().wait()
+
+    def tensors(self) -> list:
+        """What stays between steps besides the blocks in flight: the blocks in use (memory reports)."""
+        return [self.used]
+
+    def state_dict(self) -> dict:
+        """The blocks queued (waited for here, as they would be later, and kept decoded), in use and last
+        received with their drift: CPU tensors."""
+        return {"stale": {ch: [p.wait().detach().cpu() for p in q] for ch, q in self.queues.items()},
+                "used": {k: v.detach().cpu() for k, v in self.used.items()},
+                "drift": {ch: [None if t is None else t.detach().cpu() for t in pair] for ch, pair in self.drift.items()}}
+
+    def load_state_dict(self, state: dict, device) -> None:
+        """Continue from `state_dict`'s (a checkpoint from before the drift was kept holds none)."""
+        self.queues = collections.defaultdict(collections.deque, {
+            ch: collections.deque(Ready(b.to(device)) for b in blocks) for ch, blocks in state["stale"].items()})
+        self.used = {k: v.to(device) for k, v in state["used"].items()}
+        self.drift = {ch: tuple(None if t is None else t.to(device) for t in pair)
+                      for ch, pair in state.get("drift", {}).items()}
 
 
 def _fresh(q) -> torch.Tensor:
@@ -83,19 +124,6 @@ def _fresh(q) -> torch.Tensor:
 def _tracks(cfg) -> bool:
     """Whether the drift is needed (the correct form, or the change test)."""
     return cfg.stale_form == "correct" or cfg.stale_bound > 0
-
-
-def _observe(ex: "HaloExchange", channel: str, received: torch.Tensor) -> torch.Tensor | None:
-    """Note a newly received block: the smoothed change per step since the previous one (None at first)."""
-    prev = ex._drift.get(channel)
-    m = ex.config.momentum
-    drift = None
-    if prev is not None and prev[0].shape == received.shape:
-        with torch.no_grad():
-            change = received - prev[0]
-            drift = change if prev[1] is None else torch.lerp(change, prev[1], m)
-    ex._drift[channel] = (received, drift)
-    return drift
 
 
 def _relative(drift: torch.Tensor, received: torch.Tensor) -> float:

@@ -22,7 +22,7 @@ from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dropout import input_dropout_key
 from gnn_dist.runtime import transport
 from gnn_dist.runtime.collectives import count_sum
-from gnn_dist.runtime.exchange import HaloWait
+from gnn_dist.runtime.halo_fetch import fetch_halo
 from gnn_dist.runtime.launch import DistContext
 from gnn_dist.train.loop import Loop
 from partition.book import PartitionBook
@@ -63,8 +63,7 @@ class LinkTask:
         if g.exchange is None:
             return h
         channel = g.exchange.channel(self, self.model.training and torch.is_grad_enabled())
-        pending = g.exchange.start(h, channel)
-        return torch.cat([h, HaloWait.apply(h, pending, g.exchange, channel)])
+        return torch.cat([h, fetch_halo(h, g.exchange, channel)])
 
     def train_epoch(self, loop: Loop, epoch: int) -> float:
         with input_dropout_key(loop.begin_epoch(epoch)):

@@ -169,8 +169,7 @@ def _halo_bytes(exchange, seen: set) -> int:
     """What the exchange keeps between steps (its buffers in flight are the step's temporaries)."""
     if exchange is None:
         return 0
-    return _nbytes([exchange.send_idx, exchange._used, exchange._sent_ref, exchange._held, exchange._static,
-                    exchange._distinct], seen)
+    return _nbytes(exchange.tensors(), seen)
 
 
 def report(graph, model: torch.nn.Module, opt: torch.optim.Optimizer, step: StepMeter, baseline: int) -> dict:
