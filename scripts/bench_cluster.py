@@ -346,7 +346,8 @@ def main() -> None:
         a.memory = netlab.parse_bytes(a.memory)
     a.work.mkdir(parents=True, exist_ok=True)
     res, lab = Results(a.results), Lab()
-    spinners = keepawake.spin() if a.keep_awake else []  # every run, pinned ones included, on vCPUs that never halt
+    # every run, pinned ones included, on vCPUs that never halt; the spinners die with this process
+    spinners = keepawake.spin(die_with_parent=True) if a.keep_awake else []
     try:
         {"fidelity": fidelity, "sweep": sweep, "capacity": capacity}[a.cmd](a, res, lab)
     finally:

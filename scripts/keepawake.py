@@ -8,6 +8,7 @@ spinner runs at SCHED_IDLE, so it takes only time nothing else wants. `netlab.py
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -17,12 +18,19 @@ from pathlib import Path
 SPINNER = ["sh", "-c", "while :; do :; done"]
 
 
-def spin(cpus: Iterable[int] | None = None) -> list[int]:
-    """One spinner per CPU of this box (or of `cpus`), at SCHED_IDLE; their pids (`unspin` stops them)."""
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def spin(cpus: Iterable[int] | None = None, die_with_parent: bool = False) -> list[int]:
+    """One spinner per CPU of this box (or of `cpus`), at SCHED_IDLE; their pids (`unspin` stops them).
+    `die_with_parent`: killed with the caller, however it ends (a benchmark killed by a signal runs no
+    `finally`); netlab's outlive `up`, and `down` stops them."""
     def idle(cpu: int) -> Callable[[], None]:
         def become() -> None:
             os.sched_setaffinity(0, {cpu})
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            if die_with_parent:
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         return become
 
     return [subprocess.Popen(SPINNER, preexec_fn=idle(cpu), stdin=subprocess.DEVNULL).pid

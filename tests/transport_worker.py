@@ -53,6 +53,9 @@ def main() -> None:
     msg = "ok" if transport.over_mpi(ctx.halo_group) == fits else f"MPI registered {not fits} with {ctx.local_size} ranks"
     if not fits:  # still compare the two paths
         transport.use_mpi(ctx.halo_group)
+    if msg == "ok" and transport.over_duplex(ctx.halo_group):
+        msg = "a connection per direction on one host (the launcher's rule: across hosts only)"
+    transport.use_duplex(ctx.halo_group, "gloo", None)  # compare it all the same
     gen = torch.Generator().manual_seed(r)
     # uneven splits, an empty block, several dtypes and row shapes, a zero-width tensor
     splits = [(r + q) % 3 for q in range(p)]
@@ -60,6 +63,12 @@ def main() -> None:
     cases = [torch.randn(sum(splits), 5, generator=gen), torch.randn(sum(splits), 2, 3, generator=gen).to(torch.bfloat16),
              torch.randint(0, 255, (sum(splits), 7), generator=gen, dtype=torch.uint8),
              torch.randint(-9, 9, (sum(splits),), generator=gen, dtype=torch.int64), torch.zeros(sum(splits), 0)]
+    # and pairs of a megabyte or more, which take a connection per direction (and empty pairs beside them)
+    big_splits, big_back = [s * 40000 for s in splits], [s * 40000 for s in back]
+    big = torch.randn(sum(big_splits), 8, generator=gen)
+    a, b, c = (exchange(ctx, big, big_splits, big_back, how) for how in ("mpi", "duplex", "gloo"))
+    if not (same(a, c) and same(b, c)):
+        msg = f"1 MB pairs: MPI {same(a, c)}, duplex {same(b, c)} against gloo's own"
     for i, t in enumerate(cases):
         a, b, c = (exchange(ctx, t, splits, back, how) for how in ("mpi", "duplex", "gloo"))
         if msg == "ok" and not (same(a, c) and same(b, c)):

@@ -19,6 +19,7 @@ import builtins
 import datetime
 import gc
 import os
+import socket
 import sys
 import threading
 import time
@@ -345,6 +346,18 @@ def _say_threads(chosen: int, per_rank: float, sharing: int, in_group: int, give
     sys.stderr.write(f"{head} ({why})\n" if given else f"{head} ({plural(per_rank, 'CPU')} each: {why})\n")
 
 
+def _host_key() -> str:
+    """This rank's host as gloo sees it: the address of the interface gloo binds (GLOO_SOCKET_IFNAME: the
+    network lab's hosts differ by it, not by name), else the host's name."""
+    import psutil
+
+    iface = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
+    for a in psutil.net_if_addrs().get(iface, []):
+        if a.family == socket.AF_INET:
+            return a.address
+    return socket.gethostname()
+
+
 def _process_groups(rv: Rendezvous, backend: str, timeout: datetime.timedelta, torchrun: bool, transport: str):
     """The default group over the rendezvous store, and the halo group (None for one rank)."""
     if torchrun:
@@ -353,8 +366,11 @@ def _process_groups(rv: Rendezvous, backend: str, timeout: datetime.timedelta, t
         dist.init_process_group(backend, store=mpi_store(rv, timeout), rank=rv.rank, world_size=rv.size,
                                 timeout=timeout)
     halo_group = dist.new_group(backend=backend, timeout=timeout) if rv.size > 1 else None
-    if halo_group is not None and backend == "gloo":  # a connection per direction (`transport.use_duplex`)
-        halo_transport.use_duplex(halo_group, backend, timeout)
+    if halo_group is not None and backend == "gloo":  # across hosts, a connection per direction (`transport`)
+        hosts: list = [None] * rv.size
+        dist.all_gather_object(hosts, _host_key())
+        if len(set(hosts)) > 1:  # loopback carries both directions at once: one host keeps gloo's own
+            halo_transport.use_duplex(halo_group, backend, timeout)
     # MPI waits poll: with more ranks than cores on a host they would take cores from ranks that compute
     # (Cora at P=4 on 2 cores: 29.9 ms an epoch over MPI, 28.1 over gloo; at P=2, 10.8 against 16.3)
     if halo_group is not None and not torchrun and backend == "gloo" and transport != "gloo" and \

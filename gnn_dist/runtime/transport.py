@@ -21,11 +21,13 @@ took 463 us with nothing else running, MPICH's 6.2 us (shared memory);
 across hosts MPICH uses TCP. Gradient all-reduces and the few
 control collectives stay on gloo: one per window or epoch, not per layer.
 
-On gloo, a block to a higher rank and a block to a lower rank cross on connections of their own (`use_duplex`:
-two more groups, one per direction). gloo's all-to-all and its isend/irecv pairs both carry both directions of
-a pair of ranks on one connection, and there, measured on the lab's shaped links, a both-ways transfer took
+On gloo, the all-to-all is an isend and an irecv per peer, and where a pair of ranks exchanges a megabyte or
+more (`tuning.DUPLEX_MIN_PAIR_BYTES`) its two directions cross on connections of their own (`use_duplex`: two
+more groups, one per direction). gloo's all-to-all and its isend/irecv pairs both carry both directions of a
+pair of ranks on one connection, and there, measured on the lab's shaped links, a both-ways transfer took
 2x the one-way time in most calls (13.5 MB each way at 100 Mbit/s: 2.23 s against 1.11 s; raw TCP, one
 socket, both ways: 1.1-1.3 s); a group per direction took 1.18 s (`sudo python scripts/gloo_duplex.py`).
+Smaller pairs stay on the halo group's one connection: a wait across groups costs milliseconds.
 
 Blocks travel as bytes in a datatype of one row, so any dtype goes
 (bfloat16 included) and counts stay rows, far below MPI's 2^31 limit.
@@ -76,7 +78,8 @@ def use_mpi(group) -> None:
 
 
 def use_duplex(group, backend: str, timeout) -> None:
-    """Carry `group`'s gloo all-to-alls of CPU tensors on a connection per direction (see the module).
+    """Carry `group`'s gloo all-to-alls of CPU tensors on a connection per direction (see the module); the
+    launcher does where ranks span more than one host.
     Collective: every rank of the world calls it, in the same place (the launcher, at start); `group` must
     span the world in rank order, as the launcher's halo group does."""
     _DUPLEX[group] = (dist.new_group(backend=backend, timeout=timeout), dist.new_group(backend=backend, timeout=timeout))
@@ -109,6 +112,11 @@ def over_mpi(group) -> bool:
     return group in _COMMS
 
 
+def over_duplex(group) -> bool:
+    """Whether `group`'s gloo all-to-alls may take a connection per direction (`use_duplex`: across hosts)."""
+    return group in _DUPLEX
+
+
 def all_to_all(output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int] | None = None,
                input_split_sizes: list[int] | None = None, group=None, async_op: bool = False, mpi: bool = False):
     """`torch.distributed.all_to_all_single`; over MPI if `mpi`, the group is registered and tensors are on CPU.
@@ -132,7 +140,7 @@ def _direct(output: torch.Tensor, input: torch.Tensor, output_split_sizes, input
     comm = _COMMS.get(group) if mpi else None
     on_cpu = input.device.type == "cpu" and output.device.type == "cpu" and output.is_contiguous()
     if on_cpu and comm is None and group in _DUPLEX and tuning.ENV.gloo_duplex:
-        work = _duplex(_DUPLEX[group], output, input, output_split_sizes, input_split_sizes)
+        work = _duplex(group, _DUPLEX[group], output, input, output_split_sizes, input_split_sizes)
     elif comm is None or not on_cpu:
         return dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group,
                                       async_op=async_op)
@@ -178,10 +186,13 @@ def _ialltoallv(comm, output: torch.Tensor, input: torch.Tensor, out_splits, in_
     return MPIWork(request, (send, output, send_bytes, recv_bytes))
 
 
-def _duplex(groups: tuple, output: torch.Tensor, input: torch.Tensor, out_splits, in_splits) -> Requests:
-    """The all-to-all as one isend and one irecv per peer with rows: blocks to higher ranks on groups[0], to
-    lower ranks on groups[1], so each connection carries one direction; the own block is copied. Every rank
-    posts its peers in the same order (offset 1, 2, ...), and gloo matches a pair's messages in order."""
+def _duplex(group, groups: tuple, output: torch.Tensor, input: torch.Tensor, out_splits, in_splits) -> Requests:
+    """The all-to-all as one isend and one irecv per peer with rows; the own block is copied. A pair whose
+    larger direction reaches `tuning.DUPLEX_MIN_PAIR_BYTES` sends blocks to the higher rank on groups[0] and
+    to the lower on groups[1], a connection per direction; a smaller pair stays on `group`'s one connection
+    (a wait across groups costs milliseconds). Both ends of a pair know both its blocks, so they choose
+    alike. Every rank posts its peers in the same order (offset 1, 2, ...): gloo matches a pair's messages
+    in order."""
     me, p = dist.get_rank(), dist.get_world_size()
     send = input.contiguous()
     in_splits = list(in_splits) if in_splits is not None else [send.shape[0] // p] * p
@@ -189,13 +200,19 @@ def _duplex(groups: tuple, output: torch.Tensor, input: torch.Tensor, out_splits
     sends = [c.reshape(-1).view(torch.uint8) for c in torch.split(send, in_splits)]
     recvs = [c.reshape(-1).view(torch.uint8) for c in torch.split(output, out_splits)]
     recvs[me].copy_(sends[me])
+
+    def way(peer: int, to_peer: bool):
+        if max(sends[peer].numel(), recvs[peer].numel()) < tuning.DUPLEX_MIN_PAIR_BYTES:
+            return group
+        return groups[0] if (peer > me) == to_peer else groups[1]
+
     requests = []
     for k in range(1, p):
         to, frm = (me + k) % p, (me - k) % p
         if sends[to].numel():
-            requests.append(dist.isend(sends[to], to, group=groups[0] if to > me else groups[1]))
+            requests.append(dist.isend(sends[to], to, group=way(to, True)))
         if recvs[frm].numel():
-            requests.append(dist.irecv(recvs[frm], frm, group=groups[0] if frm < me else groups[1]))
+            requests.append(dist.irecv(recvs[frm], frm, group=way(frm, False)))
     return Requests(requests, (send, output))
 
 

@@ -48,6 +48,11 @@ HUGE_PAGES_MIN_BYTES = 96 << 20  # activations per rank from which huge pages pa
 SNAPSHOT_GROUP_ROWS = 1 << 16  # automatic group size: snapshots per group such that a group holds about this many
 
 # ------------------------------------------------------------------ transport
+# A pair of ranks whose larger direction carries at least this many bytes in one all-to-all sends each
+# direction on a connection of its own (`transport.use_duplex`): gloo carried both directions of one
+# connection at half the rate, but a wait across the two groups cost about 3.4 ms more than on one
+# (2 ranks, one box, 50 KB: 3.64 ms against 0.27 ms), which a 1 Gbit/s link repays from about 0.5 MB.
+DUPLEX_MIN_PAIR_BYTES = 1 << 20
 # Plans with at most this many rows per all-to-all on every rank travel over MPI (`transport.agree_small`).
 MPI_MAX_ROWS_DEFAULT = 16384
 
