@@ -1,18 +1,23 @@
 """Does a link carry both directions at once? gloo's all-to-all against one-way sends, on the lab's links.
 
     sudo python scripts/gloo_duplex.py [--rate 100mbit] [--mb 13.5] [--repeat 6]
+    python scripts/gloo_duplex.py --loopback [--mb 0.05]     # two ranks on this box, no lab, no root
 
 Brings up a 2-host lab (`netlab.py up --hosts 2 --rate R`, no CPU quota), then times, on those two ranks:
 `all_to_all_single` of M MB each way (what a halo exchange does), `isend`/`irecv` of the same (both ways at
-once, no collective), and a one-way `send` of M MB. At line rate a both-ways transfer takes the one-way
-time: each direction has its own shaped queue. Prints each call's seconds and the median per kind, then
-takes the lab down. Why it exists: the cluster sweep's 200 Mbit/s rows missed their bound by more than
-the wire explains (docs/benchmarks.md, "A cluster in a box").
+once, no collective), the same with each direction in a process group of its own (what
+`gnn_dist.runtime.transport` does across hosts), and a one-way `send` of M MB. At line rate a both-ways
+transfer takes the one-way time: each direction has its own shaped queue. Prints each call's seconds and
+the median per kind, then takes the lab down. `--loopback` runs the same two ranks on this box instead
+(times in ms: there gloo's own all-to-all is the faster, which is why one host keeps it). Why it exists:
+the cluster sweep's 200 Mbit/s rows missed their bound by more than the wire explains (docs/benchmarks.md,
+"A cluster in a box").
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -65,31 +70,44 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=6)
     ap.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--loopback", action="store_true", help="two ranks on this box (no lab, no root)")
     a = ap.parse_args()
     if a.rank:
         return rank_main(a.mb, a.repeat, a.out)
     sys.path.insert(0, str(HERE))
     import netlab
 
-    lab = [sys.executable, str(HERE / "netlab.py")]
-    subprocess.run([*lab, "up", "--hosts", "2", "--rate", a.rate], check=True)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "times.json"
-            codes, _ = netlab.launch([sys.executable, __file__, "--rank", "--mb", str(a.mb), "--repeat",
-                                      str(a.repeat), "--out", str(out)], timeout=600)
-            if any(codes) or not out.exists():
-                raise SystemExit(f"gloo_duplex: the probe's ranks exited with {codes}")
-            times = json.loads(out.read_text())
-    finally:
-        subprocess.run([*lab, "down"], check=False)
-    line = netlab.rate_bytes_per_s(a.rate)
-    print(f"{a.mb:g} MB each way at {a.rate} (line rate: {a.mb * 1e6 / line:.2f} s one way)")
-    print("| transfer | median s | x one way | every call, s |\n|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "times.json"
+        probe = [sys.executable, __file__, "--rank", "--mb", str(a.mb), "--repeat", str(a.repeat), "--out", str(out)]
+        codes = loopback(probe) if a.loopback else on_the_lab(probe, a.rate, netlab)
+        if any(codes) or not out.exists():
+            raise SystemExit(f"gloo_duplex: the probe's ranks exited with {codes}")
+        times = json.loads(out.read_text())
+    unit, scale = ("ms", 1e3) if a.loopback else ("s", 1.0)
+    where = "over loopback" if a.loopback else \
+        f"at {a.rate} (line rate: {a.mb * 1e6 / netlab.rate_bytes_per_s(a.rate):.2f} s one way)"
+    print(f"{a.mb:g} MB each way {where}")
+    print(f"| transfer | median {unit} | x one way | every call, {unit} |\n|---|---|---|---|")
     one = statistics.median(times["one way"])
     for kind in KINDS:
         med = statistics.median(times[kind])
-        print(f"| {kind} | {med:.2f} | {med / one:.2f} | {', '.join(f'{t:.2f}' for t in times[kind])} |")
+        print(f"| {kind} | {med * scale:.2f} | {med / one:.2f} | {', '.join(f'{t * scale:.2f}' for t in times[kind])} |")
+
+
+def on_the_lab(probe: list[str], rate: str, netlab) -> list[int]:
+    lab = [sys.executable, str(HERE / "netlab.py")]
+    subprocess.run([*lab, "up", "--hosts", "2", "--rate", rate], check=True)
+    try:
+        return netlab.launch(probe, timeout=600)[0]
+    finally:
+        subprocess.run([*lab, "down"], check=False)
+
+
+def loopback(probe: list[str]) -> list[int]:
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29431", WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(probe, env=dict(env, RANK=str(r))) for r in range(2)]
+    return [p.wait(timeout=600) for p in procs]
 
 
 if __name__ == "__main__":

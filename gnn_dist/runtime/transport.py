@@ -25,9 +25,10 @@ On gloo, the all-to-all is an isend and an irecv per peer, and where a pair of r
 more (`tuning.DUPLEX_MIN_PAIR_BYTES`) its two directions cross on connections of their own (`use_duplex`: two
 more groups, one per direction). gloo's all-to-all and its isend/irecv pairs both carry both directions of a
 pair of ranks on one connection, and there, measured on the lab's shaped links, a both-ways transfer took
-2x the one-way time in most calls (13.5 MB each way at 100 Mbit/s: 2.23 s against 1.11 s; raw TCP, one
-socket, both ways: 1.1-1.3 s); a group per direction took 1.18 s (`sudo python scripts/gloo_duplex.py`).
-Smaller pairs stay on the halo group's one connection: a wait across groups costs milliseconds.
+2x the one-way time in most calls (13.5 MB each way at 100 Mbit/s: 2.23 s against 1.11 s); a group per
+direction took 1.18 s (`sudo python scripts/gloo_duplex.py`). Smaller pairs stay on the halo group's one
+connection (latency-bound: fewer threads to wake), and so do ranks on one host, as before (loopback showed
+no consistent gain: `scripts/gloo_duplex.py --loopback`).
 
 Blocks travel as bytes in a datatype of one row, so any dtype goes
 (bfloat16 included) and counts stay rows, far below MPI's 2^31 limit.

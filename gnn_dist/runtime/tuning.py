@@ -49,9 +49,10 @@ SNAPSHOT_GROUP_ROWS = 1 << 16  # automatic group size: snapshots per group such 
 
 # ------------------------------------------------------------------ transport
 # A pair of ranks whose larger direction carries at least this many bytes in one all-to-all sends each
-# direction on a connection of its own (`transport.use_duplex`): gloo carried both directions of one
-# connection at half the rate, but a wait across the two groups cost about 3.4 ms more than on one
-# (2 ranks, one box, 50 KB: 3.64 ms against 0.27 ms), which a 1 Gbit/s link repays from about 0.5 MB.
+# direction on a connection of its own (`transport.use_duplex`, across hosts): gloo carried both directions
+# of one connection at half the rate, which a large block pays in seconds; a small one is latency-bound,
+# and a wait on two groups' threads met 3-4 ms stalls (scripts/gloo_duplex.py --loopback --mb 0.05: in every
+# kind of transfer, but the one-connection path wakes fewer threads). 1 MiB takes 8 ms at 1 Gbit/s.
 DUPLEX_MIN_PAIR_BYTES = 1 << 20
 # Plans with at most this many rows per all-to-all on every rank travel over MPI (`transport.agree_small`).
 MPI_MAX_ROWS_DEFAULT = 16384
