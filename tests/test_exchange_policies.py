@@ -368,3 +368,20 @@ def test_reconfigure_only_before_the_first_training_exchange(group):
     with pytest.raises(RuntimeError, match="only before its first training exchange"):
         ex.reconfigure(ExchangeConfig())
     assert ex.config.staleness == 1
+
+
+def test_a_provided_halo_lasts_only_its_block(group):
+    """`provided` scopes a fetched halo to the layers run inside it: a persistent input (an embedding table)
+    must not meet one step's halo in the next, nor hold it in memory past its layers, even on an error."""
+    from gnn_dist.runtime.halo_fetch import provided
+
+    ex = make(ExchangeConfig())
+    table, rows = torch.nn.Parameter(torch.randn(50, 3)), torch.full((25, 3), 7.0)
+    with provided(ex, table, rows):
+        assert ex.held(table) is rows
+    assert ex.held(table) is None and not ex._given
+    with pytest.raises(KeyError), provided(ex, table, rows):
+        raise KeyError("a layer failed")
+    assert ex.held(table) is None
+    with provided(ex, table, None):  # nothing fetched (no reuse of rows): nothing held
+        assert ex.held(table) is None

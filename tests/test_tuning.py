@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +40,16 @@ def test_train_refuses_a_bad_override_in_one_line(tmp_path):
     part = cli_partition(tmp_path, "karate", 1)
     r = run_cli("train", "--partition", str(part), "--epochs", "1", env={"GNN_DIST_DROPOUT": "numba"})
     one_error_line(r, "GNN_DIST_DROPOUT='numba': choose one of auto, torch")
+
+
+def test_ranks_that_disagree_on_the_duplex_flag_stop_in_one_line(tmp_path):
+    """GNN_DIST_GLOO_DUPLEX set on one rank only would have them post different transfers to each other (a
+    hang until the collective timeout): the launcher compares it across ranks first."""
+    part = cli_partition(tmp_path, "karate", 2)
+    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
+    cmd = [sys.executable, "-m", "gnn_dist", "train", "--partition", str(part), "--epochs", "1", "--timeout", "60"]
+    r = subprocess.run([mpiexec, "-n", "1", "-env", "GNN_DIST_GLOO_DUPLEX", "0", *cmd, ":", "-n", "1", *cmd],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode != 0 and "GNN_DIST_GLOO_DUPLEX differs between ranks" in r.stderr, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert lines and all("GNN_DIST_GLOO_DUPLEX differs" in ln for ln in lines), r.stderr[-2000:]

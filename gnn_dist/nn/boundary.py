@@ -39,22 +39,21 @@ class KeyedDropout(torch.autograd.Function):
 
 
 def hidden_dropout(h: torch.Tensor, graph: LocalGraph, p: float, training: bool, layer: int,
-                   owner: torch.nn.Module) -> torch.Tensor:
-    """dropout(ReLU(h)) as layer `layer`'s input.
+                   owner: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(dropout(ReLU(h)) as layer `layer`'s input, its halo or None).
 
     Where the exchange reuses boundary rows (see the module), ReLU(h)'s halo is fetched on `owner`'s
-    channel, dropped here by node id and `provide`d: the layer then finds it held, so it must aggregate
-    its input (not x W) for this to save anything: the caller decides.
+    channel and dropped here by node id; the caller runs the layer with it `provided`
+    (`gnn_dist.runtime.halo_fetch`), so the layer finds it held. The layer must aggregate its input (not
+    x W) for this to save anything: the caller decides.
     """
     key = input_step_key()
     ex = graph.exchange
     reuses = getattr(getattr(ex, "config", None), "reuses_rows", False)  # (stand-ins without a config: no)
     if not (training and p > 0.0 and key is not None and reuses and torch.is_grad_enabled()):
-        return relu_dropout(h, p, training)
+        return relu_dropout(h, p, training), None
     r = F.relu(h)
     halo = fetch_halo(r, ex, exchange_channel(graph, owner))
     ids, n = graph.global_id_tensor(), graph.num_inner
     k = streams.derive(key, layer)
-    x = KeyedDropout.apply(r, ids[:n], p, k)
-    ex.provide(x, KeyedDropout.apply(halo, ids[n:], p, k))  # the next layer finds x's halo held
-    return x
+    return KeyedDropout.apply(r, ids[:n], p, k), KeyedDropout.apply(halo, ids[n:], p, k)

@@ -9,6 +9,7 @@ from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.boundary import hidden_dropout
 from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
 from gnn_dist.nn.dropout import input_dropout, relu_dropout
+from gnn_dist.runtime.halo_fetch import provided
 
 MODELS = ("gcn", "sage", "gat", "gin")
 
@@ -51,13 +52,15 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             if embed and i == len(self.convs) - 1:
                 return F.relu(x) if i > 0 else x
+            halo = None
             if i == 0:  # the input's halo may come from a once-fetched copy, dropped alike by node id
                 x = input_dropout(x, graph, self.dropout, self.training)
             elif self.aggregates_input[i]:  # ReLU and dropout; rows reused across steps are sent before dropout
-                x = hidden_dropout(x, graph, self.dropout, self.training, i, conv)
+                x, halo = hidden_dropout(x, graph, self.dropout, self.training, i, conv)
             else:  # the previous layer's ReLU and this layer's dropout, in one pass
                 x = relu_dropout(x, self.dropout, self.training)
-            x = conv(x, graph)
+            with provided(graph.exchange, x, halo):
+                x = conv(x, graph)
         return x
 
 

@@ -15,7 +15,7 @@ from gnn_dist.graph.typed import relation_operator, relation_view
 from gnn_dist.nn.conv import SAGEConv, _glorot
 from gnn_dist.nn.dropout import dropout
 from gnn_dist.nn.message_passing import HaloSpMM, exchange_channel
-from gnn_dist.runtime.halo_fetch import fetch_halo
+from gnn_dist.runtime.halo_fetch import fetch_halo, provided
 
 
 class TypedLinear(nn.Module):
@@ -98,15 +98,16 @@ class HeteroConv(nn.Module):
     def forward(self, x: torch.Tensor, graph: LocalGraph) -> torch.Tensor:
         views = [relation_view(graph, r) for r in range(len(self.edge_types))]
         ex = graph.exchange
-        if ex is not None:  # x's halo once for all relations; a relation's layer finds it held, reads what it needs
-            ex.provide(x, fetch_halo(x, ex, exchange_channel(graph, self)))
+        # x's halo once for all relations; a relation's layer finds it held and reads what it needs
+        halo = fetch_halo(x, ex, exchange_channel(graph, self)) if ex is not None else None
         out = None
-        for r, key in enumerate(self.edge_types):
-            if tuple(key.split(":")) not in self.convs:
-                continue
-            h = self.convs[tuple(key.split(":"))](x, views[r])
-            h = torch.where(graph.types.dst_mask(r, graph.num_inner).to(h.device).unsqueeze(1), h, h.new_zeros(()))
-            out = h if out is None else out + h
+        with provided(ex, x, halo):
+            for r, key in enumerate(self.edge_types):
+                if tuple(key.split(":")) not in self.convs:
+                    continue
+                h = self.convs[tuple(key.split(":"))](x, views[r])
+                h = torch.where(graph.types.dst_mask(r, graph.num_inner).to(h.device).unsqueeze(1), h, h.new_zeros(()))
+                out = h if out is None else out + h
         return out
 
 

@@ -113,7 +113,7 @@ class HaloExchange:
     def reconfigure(self, config: ExchangeConfig, auto_links: dict | None = None) -> None:
         """Switch to other settings before the first training exchange (`--exchange auto`'s choice, or the one a
         checkpoint was made under); `auto_links`: the links it measured, which an adaptive config then uses."""
-        if self.clock.owners:
+        if self.clock.owners or self.clock.epoch:  # (a loaded state has begun too)
             raise RuntimeError("an exchange is reconfigured only before its first training exchange")
         self.config = config.validate()
         self.policy = AdaptivePolicy(self, self.config) if self.config.codec == "adaptive" else None
@@ -303,6 +303,12 @@ class HaloExchange:
         step's dropped input would otherwise stand in backward's peak), and its entry goes with it."""
         key, given = id(x), self._given
         given[key] = (weakref.ref(x, lambda _, k=key: given.pop(k, None)), halo)
+
+    def forget(self, x: torch.Tensor) -> None:
+        """Drop what `provide` declared for x (`gnn_dist.runtime.halo_fetch.provided` does, leaving its block)."""
+        entry = self._given.get(id(x))
+        if entry is not None and entry[0]() is x:
+            del self._given[id(x)]
 
     def _provided(self, x: torch.Tensor):
         entry = self._given.get(id(x))

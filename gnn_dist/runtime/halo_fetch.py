@@ -11,6 +11,8 @@ What a caller names the channel by, and when, stays the caller's: the names are 
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from gnn_dist.runtime.transfers import Ready
@@ -38,6 +40,21 @@ class HaloFetch:
         if self.held is not None:
             return self.held
         return HaloWait.apply(self.x, self.pending, self.exchange, self.channel)
+
+
+@contextlib.contextmanager
+def provided(exchange, x: torch.Tensor, halo: torch.Tensor | None):
+    """Within the block, `exchange` holds x's halo (fetched already: layers that aggregate x send nothing);
+    after it, not: a persistent x (an embedding table) must not meet this step's halo in the next, and the
+    halo must not outlive the layers that read it (it would stand in backward's peak where x is saved)."""
+    if exchange is None or halo is None:
+        yield
+        return
+    exchange.provide(x, halo)
+    try:
+        yield
+    finally:
+        exchange.forget(x)
 
 
 def fetch_halo(x: torch.Tensor, exchange, channel: str | None) -> torch.Tensor:

@@ -368,8 +368,10 @@ def _process_groups(rv: Rendezvous, backend: str, timeout: datetime.timedelta, t
     halo_group = dist.new_group(backend=backend, timeout=timeout) if rv.size > 1 else None
     if halo_group is not None and backend == "gloo":  # across hosts, a connection per direction (`transport`)
         hosts: list = [None] * rv.size
-        dist.all_gather_object(hosts, _host_key())
-        if len(set(hosts)) > 1:  # loopback carries both directions at once: one host keeps gloo's own
+        dist.all_gather_object(hosts, (_host_key(), tuning.ENV.gloo_duplex))
+        if len({on for _, on in hosts}) > 1:  # ranks would post different transfers to each other: a hang
+            raise LaunchError("GNN_DIST_GLOO_DUPLEX differs between ranks: set it alike on every host")
+        if len({key for key, _ in hosts}) > 1 and tuning.ENV.gloo_duplex:  # one host keeps gloo's own
             halo_transport.use_duplex(halo_group, backend, timeout)
     # MPI waits poll: with more ranks than cores on a host they would take cores from ranks that compute
     # (Cora at P=4 on 2 cores: 29.9 ms an epoch over MPI, 28.1 over gloo; at P=2, 10.8 against 16.3)

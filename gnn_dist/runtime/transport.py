@@ -21,9 +21,10 @@ took 463 us with nothing else running, MPICH's 6.2 us (shared memory);
 across hosts MPICH uses TCP. Gradient all-reduces and the few
 control collectives stay on gloo: one per window or epoch, not per layer.
 
-On gloo, the all-to-all is an isend and an irecv per peer, and where a pair of ranks exchanges a megabyte or
-more (`tuning.DUPLEX_MIN_PAIR_BYTES`) its two directions cross on connections of their own (`use_duplex`: two
-more groups, one per direction). gloo's all-to-all and its isend/irecv pairs both carry both directions of a
+On gloo across hosts (`use_duplex`, which the launcher calls where ranks span several), the all-to-all is an
+isend and an irecv per peer, and where a pair of ranks exchanges a megabyte or more
+(`tuning.DUPLEX_MIN_PAIR_BYTES`) its two directions cross on connections of their own (two more groups, one
+per direction). gloo's all-to-all and its isend/irecv pairs both carry both directions of a
 pair of ranks on one connection, and there, measured on the lab's shaped links, a both-ways transfer took
 2x the one-way time in most calls (13.5 MB each way at 100 Mbit/s: 2.23 s against 1.11 s); a group per
 direction took 1.18 s (`sudo python scripts/gloo_duplex.py`). Smaller pairs stay on the halo group's one
@@ -140,7 +141,7 @@ def _direct(output: torch.Tensor, input: torch.Tensor, output_split_sizes, input
             mpi: bool):
     comm = _COMMS.get(group) if mpi else None
     on_cpu = input.device.type == "cpu" and output.device.type == "cpu" and output.is_contiguous()
-    if on_cpu and comm is None and group in _DUPLEX and tuning.ENV.gloo_duplex:
+    if on_cpu and comm is None and group in _DUPLEX:
         work = _duplex(group, _DUPLEX[group], output, input, output_split_sizes, input_split_sizes)
     elif comm is None or not on_cpu:
         return dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group,

@@ -79,13 +79,13 @@ def read_environment(environ: dict | None = None) -> Environment:
     environ = os.environ if environ is None else environ
     read = Environment()
     for name, kind in (("codec", "GNN_DIST_CODEC"), ("dropout", "GNN_DIST_DROPOUT")):
-        value = environ.get(kind, "auto") or "auto"
+        value = (environ.get(kind) or "").strip() or "auto"
         if value not in BACKENDS[name]:
             raise LaunchError(f"{kind}={value[:40]!r}: choose one of {', '.join(BACKENDS[name])}")
         setattr(read, f"{name}_backend", value)
-    read.mpi_max_rows = int(_number(environ, "GNN_DIST_MPI_MAX_ROWS", MPI_MAX_ROWS_DEFAULT, whole=True))
+    read.mpi_max_rows = int(_number(environ, "GNN_DIST_MPI_MAX_ROWS", MPI_MAX_ROWS_DEFAULT, whole=True, zero=True))
     cores = _number(environ, "GNN_DIST_HOST_CORES", None, whole=False)
-    duplex = (environ.get("GNN_DIST_GLOO_DUPLEX") or "1").strip()
+    duplex = (environ.get("GNN_DIST_GLOO_DUPLEX") or "").strip() or "1"
     if duplex not in ("0", "1"):
         raise LaunchError(f"GNN_DIST_GLOO_DUPLEX={duplex[:40]!r}: 1 (a connection per direction) or 0")
     read.gloo_duplex = duplex == "1"
@@ -95,7 +95,7 @@ def read_environment(environ: dict | None = None) -> Environment:
     return ENV
 
 
-def _number(environ, name: str, default, whole: bool):
+def _number(environ, name: str, default, whole: bool, zero: bool = False):
     text = (environ.get(name) or "").strip()
     if not text:
         return default
@@ -103,6 +103,7 @@ def _number(environ, name: str, default, whole: bool):
         value = int(text) if whole else float(text)
     except ValueError:
         value = None
-    if value is None or not value > 0 or value == float("inf"):
-        raise LaunchError(f"{name}={text[:40]!r}: a positive {'whole ' if whole else ''}number, or unset")
+    if value is None or not (value >= 0 if zero else value > 0) or value == float("inf"):
+        kind = f"{'a whole' if whole else 'a'} number{' >= 0' if zero else ' > 0'}"
+        raise LaunchError(f"{name}={text[:40]!r}: {kind}, or unset")
     return value
