@@ -42,6 +42,7 @@ def test_train_refuses_a_bad_override_in_one_line(tmp_path):
     one_error_line(r, "GNN_DIST_DROPOUT='numba': choose one of auto, torch")
 
 
+@pytest.mark.slow
 def test_ranks_that_disagree_on_the_duplex_flag_stop_in_one_line(tmp_path):
     """GNN_DIST_GLOO_DUPLEX set on one rank only would have them post different transfers to each other (a
     hang until the collective timeout): the launcher compares it across ranks first."""
