@@ -32,8 +32,7 @@ class RelAggPlan:
     agg_recv: list[int]
     pos: torch.Tensor  # where received aggregates land in the [R * n_inner] aggregate
     op: SplitOperator  # stacked relation operator without the aggregated cross edges
-    group: object
-    exchange: object = None  # the row exchange: its wire carries these all-to-alls, its stats count them
+    exchange: object  # the row exchange: its wire carries these all-to-alls, its stats count them
 
     @property
     def send_splits(self) -> list[int]:
@@ -85,14 +84,7 @@ def build_plan(graph: LocalGraph, arrays: dict, rank: int) -> RelAggPlan:
     return RelAggPlan(torch.from_numpy(send_idx[send_keep]).to(dev), raw_send, raw_recv,
                       torch.from_numpy(np.flatnonzero(halo_keep)).to(dev), sums, sums_t,
                       arrays["b_rows"].tolist(), arrays["pos_counts"].tolist(),
-                      torch.from_numpy(arrays["pos"]).to(dev), op, ex.group, ex)
-
-
-def _all_to_all(send: torch.Tensor, out_rows: int, out_splits: list[int], in_splits: list[int], plan: RelAggPlan,
-                label: str):
-    """One all-to-all of raw rows and partial aggregates on the row exchange's wire, counted under `label`
-    ("fwd.raf.L0", "raf.eval"); exact fp32, over MPI where the row exchange's plans go."""
-    return plan.exchange.transfer(send, out_rows, out_splits, in_splits, label=label)
+                      torch.from_numpy(arrays["pos"]).to(dev), op, ex)
 
 
 class RelAggSpMM(torch.autograd.Function):
@@ -108,8 +100,9 @@ class RelAggSpMM(torch.autograd.Function):
         raw = x[plan.send_idx]
         for p, (rows, k) in enumerate(zip(torch.split(raw, plan.raw_send), plan.sums)):
             blocks += [rows] + ([plan.sums[p] @ x] if k is not None else [])
-        pending = _all_to_all(torch.cat(blocks), sum(plan.recv_splits), plan.recv_splits, plan.send_splits, plan,
-                              f"fwd.raf.{channel}" if channel is not None else "raf.eval")
+        # on the row exchange's wire (exact fp32; MPI where its plans go), counted under the layer's channel
+        pending = plan.exchange.transfer(torch.cat(blocks), sum(plan.recv_splits), plan.recv_splits, plan.send_splits,
+                                         label=f"fwd.raf.{channel}" if channel is not None else "raf.eval")
         op, n, nc, f = plan.op, graph.num_inner, graph.num_central, x.shape[1]
         out_c = op.central @ x if op.central.shape[0] else x.new_zeros(0, f)
         parts = torch.split(pending.wait(), plan.recv_splits)
@@ -133,8 +126,8 @@ class RelAggSpMM(torch.autograd.Function):
         blocks = []
         for hb, pb in zip(torch.split(halo_g, plan.raw_recv), torch.split(partial_g, plan.agg_recv)):
             blocks += [hb, pb]
-        pending = _all_to_all(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits, plan,
-                              f"bwd.raf.{ctx.channel}")
+        pending = plan.exchange.transfer(torch.cat(blocks), sum(plan.send_splits), plan.send_splits, plan.recv_splits,
+                                         label=f"bwd.raf.{ctx.channel}")
         g_x = spmm(op.local_t, g_m)
         if nc:
             g_x += op.central_t @ g_c
