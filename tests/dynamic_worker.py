@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from gnn_dist.graph.dynamic import SnapshotSequence
+from gnn_dist.graph.local import LocalGraph
 from gnn_dist.nn.dynamic import DYNAMIC_MODELS, build_dynamic_model
 from gnn_dist.runtime.collectives import all_sum
 from gnn_dist.runtime.exchange import ExchangeConfig
@@ -57,9 +58,12 @@ def main() -> None:
                 same &= torch.equal(preds, p2) and all(torch.equal(a, b) for a, b in zip(grads, g2)) and losses == l2
             _, _, _, lq = run(d, ctx, kind, window, epochs, exchange=ExchangeConfig(codec="int4"))
             _, p2, g2, l2 = run(d, ctx, kind, window, epochs, group=2)  # groups of 2 across windows of 3
+            graphs = [sg.graph for sg in seq] + [g.graph for _, _, g in seq.groups([(0, 2)])]
+            topology_only = all(type(g) is LocalGraph for g in graphs)  # no node data, dummy or not
             np.savez(out_dir / f"{Path(d).name}-{kind}-rank{ctx.rank}.npz",
                      global_ids=seq.global_ids[: seq.num_inner], preds=preds.numpy(), losses=np.array(losses),
-                     int4_losses=np.array(lq), variants_identical=same, g2_preds=p2.numpy(), g2_losses=np.array(l2),
+                     int4_losses=np.array(lq), variants_identical=same, topology_only=topology_only,
+                     g2_preds=p2.numpy(), g2_losses=np.array(l2),
                      **{f"grad_{i}": g.numpy() for i, g in enumerate(grads)},
                      **{f"g2_grad_{i}": g.numpy() for i, g in enumerate(g2)})
     ctx.close()

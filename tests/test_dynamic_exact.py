@@ -68,6 +68,7 @@ def test_dynamic_models_match_single_process_pyg(world, sequences, references, t
             for rank in range(world):
                 z = np.load(out / f"{name}-{kind}-rank{rank}.npz")
                 assert bool(z["variants_identical"]), f"{name}/{kind}: no-overlap or rebuilt plans differ"
+                assert bool(z["topology_only"]), f"{name}/{kind}: a snapshot graph carries node data"
                 for v in preds:  # default groups (a window each), and groups of 2 straddling nothing
                     preds[v][:, z["global_ids"]] = z[f"{v}preds"]
                     for i, b in enumerate(ref_grads):

@@ -201,14 +201,11 @@ class SnapshotSequence:
                               np.bincount(self.send_peer[sel], minlength=self.ctx.world_size).tolist(),
                               np.bincount(self.halo_owner[halo], minlength=self.ctx.world_size).tolist(),
                               self.ctx.halo_group, self.config, self.ctx.rank, mpi=self.mpi)
-        empty = torch.zeros(n_in, 0, device=dev)
-        no = torch.zeros(n_in, dtype=torch.bool, device=dev)
         graph = LocalGraph(
             indptr=indptr, indices=cols[order], edge_weight=w[order], num_inner=n_in,
             num_central=int(n_in - marg.sum()), num_src=int(n_in + halo.shape[0]),
             in_degree=d["in_degree"][t][local].astype(np.int64), in_weight=d["in_weight"][t][local],
-            global_ids=self.global_ids[local], x=empty, y=torch.zeros(n_in, device=dev), train_mask=no,
-            val_mask=no, test_mask=no, num_classes=self.num_classes, exchange=ex, overlap=self.overlap,
+            global_ids=self.global_ids[local], exchange=ex, overlap=self.overlap,
             device=dev, part=self.ctx.rank, num_parts=self.ctx.world_size, self_loop=d["self_loop"][t][local])
         return SnapshotGraph(graph, torch.from_numpy(perm).to(dev), torch.from_numpy(inv).to(dev))
 

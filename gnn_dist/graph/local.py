@@ -103,6 +103,13 @@ def _to_torch_csr(m: sp.csr_matrix, device) -> torch.Tensor:
 
 @dataclass
 class LocalGraph:
+    """A part's topology and exchange plan: its rows, edges, global degrees and halo exchange.
+
+    A graph holds no node data: a part's features, labels and split are a `PartData`, which a `LocalPart`
+    (what `load_partition` returns) carries beside its graph. A snapshot's graph, a group of snapshots and
+    a typed graph's relation views are graphs of this kind, whose features come from elsewhere.
+    """
+
     indptr: np.ndarray  # [num_inner + 1], rows = inner destinations
     indices: np.ndarray  # local source ids, < num_src
     edge_weight: np.ndarray | None
@@ -112,12 +119,6 @@ class LocalGraph:
     in_degree: np.ndarray  # global counts, every local row
     in_weight: np.ndarray  # global weighted in-degree, every local row
     global_ids: np.ndarray
-    x: torch.Tensor
-    y: torch.Tensor
-    train_mask: torch.Tensor
-    val_mask: torch.Tensor
-    test_mask: torch.Tensor
-    num_classes: int
     exchange: HaloExchange | None = None
     overlap: bool = True
     device: torch.device = torch.device("cpu")
@@ -133,37 +134,29 @@ class LocalGraph:
     # ------------------------------------------------------------ building
     @classmethod
     def from_plan(cls, plan: PartPlan, num_classes: int, num_parts: int, exchange: HaloExchange | None,
-                  device: torch.device = torch.device("cpu"), overlap: bool = True) -> "LocalGraph":
-        return cls(
+                  device: torch.device = torch.device("cpu"), overlap: bool = True) -> "LocalPart":
+        """A part from its plan (read from a partition, or built in memory), with its node data."""
+        return LocalPart(
             indptr=plan.indptr, indices=plan.indices, edge_weight=plan.edge_weight,
             num_inner=plan.num_inner, num_central=plan.num_central, num_src=int(plan.global_ids.shape[0]),
             in_degree=plan.in_degree, in_weight=plan.in_weight, global_ids=plan.global_ids,
-            x=torch.from_numpy(np.array(plan.x, dtype=np.float32)).to(device),
-            y=torch.from_numpy(plan.y).to(device),
-            train_mask=torch.from_numpy(plan.train_mask).to(device),
-            val_mask=torch.from_numpy(plan.val_mask).to(device),
-            test_mask=torch.from_numpy(plan.test_mask).to(device),
-            num_classes=num_classes, exchange=exchange, overlap=overlap, device=device,
-            part=plan.part, num_parts=num_parts, self_loop=plan.self_loop, edge_attr=plan.edge_attr)
+            exchange=exchange, overlap=overlap, device=device, part=plan.part, num_parts=num_parts,
+            self_loop=plan.self_loop, edge_attr=plan.edge_attr, data=PartData.from_plan(plan, num_classes, device))
 
     @classmethod
-    def from_graph(cls, graph: Graph, device: torch.device = torch.device("cpu")) -> "LocalGraph":
+    def from_graph(cls, graph: Graph, device: torch.device = torch.device("cpu")) -> "LocalPart":
         """The whole graph in one process: every node inner and central, no exchange."""
         plan = next(build_parts(graph, np.zeros(graph.num_nodes, dtype=np.int32), 1))
         return cls.from_plan(plan, graph.num_classes, 1, None, device)
 
     @classmethod
-    def from_pyg(cls, data, device: torch.device = torch.device("cpu")) -> "LocalGraph":
+    def from_pyg(cls, data, device: torch.device = torch.device("cpu")) -> "LocalPart":
         """A PyG `Data` object in one process (labels and masks optional)."""
         from gnn_dist.data.real import graph_from_pyg
 
         return cls.from_graph(graph_from_pyg(data), device)
 
     # ------------------------------------------------------------- derived
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
-
     @property
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
@@ -174,19 +167,10 @@ class LocalGraph:
             self._ops["global_ids"] = torch.from_numpy(self.global_ids.astype(np.int64)).to(self.device)
         return self._ops["global_ids"]
 
-    def split(self) -> dict[str, np.ndarray]:
-        """This part's share of the split, read back: {"train", "val", "test"} -> sorted global ids (int64) of
-        its inner nodes in each set; a typed part gives its target type's own ids. The shares of all ranks
-        make up the whole split, which `self.book.split()` (or `gnn-dist info DIR --export-split FILE`) gives
-        as masks over every node."""
-        inner = np.asarray(self.global_ids[: self.num_inner], np.int64)
-        offset = 0
-        if self.types is not None:  # ids of the target type: node types hold consecutive global id ranges
-            t = self.types.node_types.index(self.types.target)
-            ids = self.global_ids[self.types.node_type == t]  # one process (no book) holds the whole graph
-            offset = self.book.type_range(t)[0] if self.book is not None else int(ids.min()) if ids.size else 0
-        return {k: np.sort(inner[m.cpu().numpy()]) - offset
-                for k, m in (("train", self.train_mask), ("val", self.val_mask), ("test", self.test_mask))}
+    def is_input(self, x: torch.Tensor) -> bool:
+        """Whether `x` is the part's input features, whose halo the input cache may hold: never for a graph
+        without node data."""
+        return False
 
     def _weights(self, weighted: bool) -> np.ndarray:
         """w per local edge: the graph's edge weight, or 1 (unweighted graph, or a layer that ignores weights)."""
@@ -298,3 +282,59 @@ class LocalGraph:
         if self.edge_attr is None:
             raise DataError("this graph has no edge features (edge_attr): the data set gave none")
         return self.cache(("edge_features",), lambda: torch.from_numpy(self.edge_attr).to(self.device, torch.float32))
+
+
+@dataclass
+class PartData:
+    """A part's node data, one row per inner node: features, labels and the train/val/test split."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
+    num_classes: int
+
+    @classmethod
+    def from_plan(cls, plan: PartPlan, num_classes: int, device: torch.device) -> "PartData":
+        t = lambda a: torch.from_numpy(a).to(device)
+        return cls(x=t(np.array(plan.x, dtype=np.float32)), y=t(plan.y), train_mask=t(plan.train_mask),
+                   val_mask=t(plan.val_mask), test_mask=t(plan.test_mask), num_classes=num_classes)
+
+
+@dataclass
+class LocalPart(LocalGraph):
+    """A part as a rank trains on it: its graph (topology and exchange plan) and its node data.
+
+    `x`, `y`, the masks and `num_classes` read the part's `PartData`; `graph.x = ...` replaces its features.
+    """
+
+    data: PartData = field(kw_only=True)
+
+    x = property(lambda self: self.data.x, lambda self, v: setattr(self.data, "x", v))
+    y = property(lambda self: self.data.y)
+    train_mask = property(lambda self: self.data.train_mask)
+    val_mask = property(lambda self: self.data.val_mask)
+    test_mask = property(lambda self: self.data.test_mask)
+    num_classes = property(lambda self: self.data.num_classes)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.data.x.shape[1])
+
+    def is_input(self, x: torch.Tensor) -> bool:
+        return x is self.data.x
+
+    def split(self) -> dict[str, np.ndarray]:
+        """This part's share of the split, read back: {"train", "val", "test"} -> sorted global ids (int64) of
+        its inner nodes in each set; a typed part gives its target type's own ids. The shares of all ranks
+        make up the whole split, which `self.book.split()` (or `gnn-dist info DIR --export-split FILE`) gives
+        as masks over every node."""
+        inner = np.asarray(self.global_ids[: self.num_inner], np.int64)
+        offset = 0
+        if self.types is not None:  # ids of the target type: node types hold consecutive global id ranges
+            t = self.types.node_types.index(self.types.target)
+            ids = self.global_ids[self.types.node_type == t]  # one process (no book) holds the whole graph
+            offset = self.book.type_range(t)[0] if self.book is not None else int(ids.min()) if ids.size else 0
+        return {k: np.sort(inner[m.cpu().numpy()]) - offset
+                for k, m in (("train", self.train_mask), ("val", self.val_mask), ("test", self.test_mask))}

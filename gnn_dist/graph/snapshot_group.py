@@ -117,9 +117,6 @@ def block_diagonal(snaps: list[SnapshotGraph]) -> SnapshotGroup:
     graph = LocalGraph(
         indptr=indptr, indices=indices, edge_weight=weights, num_inner=rows, num_central=int(central.sum()),
         num_src=rows + int(recv.sum()), in_degree=rows_of("in_degree"), in_weight=rows_of("in_weight"),
-        global_ids=rows_of("global_ids"), x=torch.zeros(rows, 0, device=dev), y=torch.zeros(rows, device=dev),
-        train_mask=torch.zeros(rows, dtype=torch.bool, device=dev), val_mask=torch.zeros(rows, dtype=torch.bool, device=dev),
-        test_mask=torch.zeros(rows, dtype=torch.bool, device=dev), num_classes=g0.num_classes, exchange=ex,
-        overlap=g0.overlap, device=dev, part=g0.part, num_parts=g0.num_parts,
+        global_ids=rows_of("global_ids"), exchange=ex, overlap=g0.overlap, device=dev, part=g0.part, num_parts=g0.num_parts,
         self_loop=None if g0.self_loop is None else rows_of("self_loop"))
     return SnapshotGroup(graph, snaps, torch.from_numpy(perm).to(dev), torch.from_numpy(inv).to(dev))

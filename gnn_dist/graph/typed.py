@@ -20,7 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from gnn_dist.graph.load import load_partition
-from gnn_dist.graph.local import LocalGraph, SplitOperator
+from gnn_dist.graph.local import LocalGraph, LocalPart, SplitOperator
 from gnn_dist.runtime.launch import DistContext
 from partition.errors import PartitionFormatError
 from partition.store import read_meta, read_part, read_relagg, read_typed_features
@@ -109,13 +109,11 @@ def relation_view(graph: LocalGraph, r: int) -> LocalGraph:
         indptr = np.zeros(graph.num_inner + 1, np.int64)
         np.cumsum(np.bincount(rows, minlength=graph.num_inner), out=indptr[1:])
         deg = types.rel_in_degree[:, r].astype(np.int64)
-        types.views[r] = LocalGraph(
+        types.views[r] = LocalPart(  # the part's own node data, shared: its input features stay the input
             indptr=indptr, indices=graph.indices[keep], edge_weight=None, num_inner=graph.num_inner,
             num_central=graph.num_central, num_src=graph.num_src, in_degree=deg, in_weight=deg.astype(np.float64),
-            global_ids=graph.global_ids, x=graph.x, y=graph.y, train_mask=graph.train_mask,
-            val_mask=graph.val_mask, test_mask=graph.test_mask, num_classes=graph.num_classes,
-            exchange=graph.exchange, overlap=graph.overlap, device=graph.device, part=graph.part,
-            num_parts=graph.num_parts)
+            global_ids=graph.global_ids, exchange=graph.exchange, overlap=graph.overlap, device=graph.device,
+            part=graph.part, num_parts=graph.num_parts, data=graph.data)
     return types.views[r]
 
 

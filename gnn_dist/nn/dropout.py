@@ -171,7 +171,7 @@ def input_dropout(x: torch.Tensor, graph, p: float, training: bool) -> torch.Ten
     """
     key = _INPUT_KEY.get()
     drops = training and p > 0.0
-    if x is not graph.x or x.requires_grad or (drops and key is None):
+    if not graph.is_input(x) or x.requires_grad or (drops and key is None):
         return dropout(x, p, training)
     ids = graph.global_id_tensor()
     n = graph.num_inner

@@ -186,7 +186,7 @@ class Distributed(nn.Module):
         if ex is not None:
             halo = provided_halo(graph, src)
             if halo is None:  # (a held halo names no channel: the names are the checkpoints' keys)
-                if src is graph.x:  # the input features: their halo is fetched once (the input cache)
+                if graph.is_input(src):  # the input features: their halo is fetched once (the input cache)
                     input_dropout(src, graph, 0.0, False)
                 fetch = HaloFetch(ex, src, exchange_channel(graph, self))
                 if not graph.overlap:  # wait now; the autograd graph, so the order of sums, stays the same

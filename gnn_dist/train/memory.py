@@ -152,7 +152,7 @@ def known_storages(*objs) -> set:
 
 
 def _graph_parts(graph, seen: set) -> tuple[int, int]:
-    """(features, graph and operators) bytes of a LocalGraph."""
+    """(features, graph and operators) bytes of a LocalPart (labels and masks count with the graph)."""
     features = _nbytes(graph.x, seen)
     if graph.types is not None:
         features += _nbytes(graph.types.x, seen)
