@@ -15,7 +15,7 @@ import torch
 from gnn_dist.nn.norm import BatchNorm
 from gnn_dist.runtime import staging, transport
 from gnn_dist.runtime.collectives import all_sum, broadcast
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan, Wire
 from gnn_dist.runtime.halo_fetch import HaloWait
 from gnn_dist.runtime.launch import init
 
@@ -35,7 +35,7 @@ def steps(ctx, cfg: ExchangeConfig, width: int, dtype: torch.dtype, mpi: bool, c
     """`count` training steps of one layer's exchange (forward halo, gradients home), then an evaluation one."""
     torch.manual_seed(7)  # the codecs' dither keys
     idx, send, recv = plan(ctx)
-    ex = HaloExchange(idx, send, recv, ctx.halo_group, cfg, ctx.rank, mpi=mpi)
+    ex = HaloExchange(HaloPlan(idx, send, recv), Wire(ctx.halo_group, ctx.rank, idx.device, mpi), cfg)
     gen = torch.Generator().manual_seed(ctx.rank)
     out = []
     for _ in range(count):

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from gnn_dist.runtime import adaptive, codec, kernels, streams, tuning
+from gnn_dist.runtime import codec, kernels, streams, tuning
+from gnn_dist.runtime.exchange import adaptive
 
 BACKENDS = ["torch", pytest.param("fused", marks=pytest.mark.skipif(not kernels.available(),
                                                                    reason="numba not installed"))]

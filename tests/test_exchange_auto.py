@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gnn_dist.runtime import codec, policy_state
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime import codec
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan, Wire, policy_state
 from gnn_dist.train import advice
 from tests.conftest import cli_partition, one_error_line, run_cli, run_mpi
 
@@ -104,7 +104,7 @@ def test_a_resumed_run_takes_the_setting_its_checkpoint_was_trained_with():
     links = {(0, 0): (1e-9, 1e-5)}
 
     def chosen(name: str, counts: int = 5) -> HaloExchange:
-        ex = HaloExchange(torch.arange(0, 2 * counts, 2), [counts], [counts], None, ExchangeConfig(), 0)
+        ex = HaloExchange(HaloPlan(torch.arange(0, 2 * counts, 2), [counts], [counts]), Wire(), ExchangeConfig())
         advice.apply(ex, next(c for c in advice.MEASURED if c.name == name), links)
         return ex
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnn_dist.runtime import codec, policy_state
-from gnn_dist.runtime.adaptive import solve_bits, variance
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime import codec
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan, Wire, policy_state
+from gnn_dist.runtime.exchange.adaptive import solve_bits, variance
 from gnn_dist.runtime.halo_fetch import fetch_halo
 
 
 def make(cfg: ExchangeConfig, n: int = 50) -> HaloExchange:
     idx = torch.arange(0, n, 2)
-    return HaloExchange(idx, [idx.numel()], [idx.numel()], None, cfg, 0)
+    return HaloExchange(HaloPlan(idx, [idx.numel()], [idx.numel()]), Wire(), cfg)
 
 
 def epoch(ex: HaloExchange, x: torch.Tensor) -> torch.Tensor:
@@ -385,3 +385,31 @@ def test_a_provided_halo_lasts_only_its_block(group):
     assert ex.held(table) is None
     with provided(ex, table, None):  # nothing fetched (no reuse of rows): nothing held
         assert ex.held(table) is None
+
+
+def test_building_an_exchange_runs_no_collective(monkeypatch):
+    """Only the loader's `connect` (the wire's `agree`, the link measurement) talks to peers: a constructor that
+    did would hang a rank that builds an exchange the others do not (snapshots, `--exchange auto`)."""
+    import dataclasses
+
+    from gnn_dist.runtime import transport
+    from partition.errors import UsageError
+
+    def collective(*args, **kwargs):
+        raise AssertionError("a collective while building an exchange")
+
+    for name in ("all_gather_object", "barrier", "all_reduce", "broadcast", "all_to_all_single"):
+        monkeypatch.setattr(torch.distributed, name, collective)
+    monkeypatch.setattr(transport, "all_to_all", collective)
+    monkeypatch.setattr(transport, "agree_small", collective)
+    plan = HaloPlan(torch.arange(4), [2, 2], [2, 2])
+    links = {(0, 1): (1e-9, 1e-5), (1, 0): (1e-9, 1e-5)}
+    for cfg in (ExchangeConfig(), ExchangeConfig(codec="int8"), ExchangeConfig(codec="adaptive", links=links),
+                ExchangeConfig(staleness=1), ExchangeConfig(skip_threshold=0.1)):
+        ex = HaloExchange(plan, Wire(), cfg)
+        ex.reconfigure(ExchangeConfig(codec="adaptive", links=links))
+    with pytest.raises(UsageError, match="link model"):
+        HaloExchange(plan, Wire(), ExchangeConfig(codec="adaptive"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.send_counts = (4, 0)
+    assert ex.send_counts == [2, 2] and ex.num_halo == 4 and ex.num_peers == 2

@@ -52,12 +52,13 @@ def nccl_world_of_one(tmp_path):
 def exchange_round_trip(device: str, name: str, n: int = 4000) -> None:
     """Rank 0 sends rows to itself while the default stream keeps computing (on CUDA the exchange runs on its
     side stream); what arrives is the rows sent (int8: within one step), and gradients land at send_idx."""
-    from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+    from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan, Wire
     from gnn_dist.runtime.halo_fetch import HaloWait
 
     dev = torch.device(device)
     send_idx = torch.arange(0, n, 2, device=dev)
-    ex = HaloExchange(send_idx, [send_idx.numel()], [send_idx.numel()], None, ExchangeConfig(codec=name))
+    ex = HaloExchange(HaloPlan(send_idx, [send_idx.numel()], [send_idx.numel()]), Wire(device=send_idx.device),
+                      ExchangeConfig(codec=name))
     x = torch.randn(n, 64, device=dev, requires_grad=True)
     x2 = x.detach() * 2  # queued on the default stream just before the exchange reads x
     channel = ex.channel("layer", training=True)

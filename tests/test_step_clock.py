@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gnn_dist.runtime import step_clock
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan, Wire, step_clock
 from tests.conftest import ROOT, cli_partition
 
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
@@ -44,7 +43,7 @@ def build(num_features, num_classes, config):
 
 def exchange() -> HaloExchange:
     idx = torch.arange(0, 10, 2)
-    return HaloExchange(idx, [5], [5], None, ExchangeConfig(), 0)
+    return HaloExchange(HaloPlan(idx, [5], [5]), Wire(), ExchangeConfig())
 
 
 def test_a_loop_that_ends_steps_names_every_hop_within_one_step(group, monkeypatch):

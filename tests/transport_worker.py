@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from gnn_dist.runtime import transport, tuning
-from gnn_dist.runtime.exchange import HaloExchange
+from gnn_dist.runtime.exchange import HaloExchange, HaloPlan
 from gnn_dist.runtime.launch import init
 
 
@@ -38,7 +38,8 @@ def plans(ctx) -> str:
     """A small plan on every rank goes over MPI; one rank's large plan sends every rank's over gloo."""
     def plan(rows: int) -> HaloExchange:
         counts = [rows // ctx.world_size] * ctx.world_size
-        return HaloExchange(torch.zeros(sum(counts), dtype=torch.int64), counts, counts, ctx.halo_group)
+        return HaloExchange.connect(HaloPlan(torch.zeros(sum(counts), dtype=torch.int64), counts, counts),
+                                    ctx.halo_group, ctx.rank)
 
     small = plan(8)
     large = plan(tuning.ENV.mpi_max_rows * 2 if ctx.rank == 0 else 8)

@@ -266,15 +266,15 @@ def tiny_epoch(ctx, epochs: int = 100) -> float:
     from gnn_dist.data.synthetic import grid
     from gnn_dist.graph.local import LocalGraph
     from gnn_dist.nn.models import build_model
-    from gnn_dist.runtime.exchange import HaloExchange
+    from gnn_dist.runtime.exchange import HaloExchange, HaloPlan
     from gnn_dist.train.node import Trainer
     from partition import build_parts
 
     g = grid(**TINY)
     p = ctx.world_size
     plan = next(pl for k, pl in enumerate(build_parts(g, np.arange(g.num_nodes) * p // g.num_nodes, p)) if k == ctx.rank)
-    halo = HaloExchange(torch.from_numpy(plan.send_idx), plan.send_counts.tolist(), plan.recv_counts.tolist(),
-                        ctx.halo_group, None, ctx.rank)
+    halo = HaloExchange.connect(HaloPlan(torch.from_numpy(plan.send_idx), plan.send_counts, plan.recv_counts),
+                                ctx.halo_group, ctx.rank)
     graph = LocalGraph.from_plan(plan, g.num_classes, p, halo)
     trainer = Trainer(build_model("gcn", g.num_features, 16, g.num_classes), graph, ctx, eval_every=0, progress="none")
     trainer.fit(5)  # warm: first epochs build operators and buffers

@@ -16,7 +16,6 @@ maps them back to the fixed union order in which node series and state live.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import torch
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.graph.snapshot_group import SnapshotGraph, SnapshotGroup, block_diagonal
 from gnn_dist.runtime import transport
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan, Wire
 from gnn_dist.runtime.launch import DistContext
 from partition.errors import LaunchError, PartitionFormatError, UsageError
 from partition.graph import concat_ranges
@@ -70,12 +69,11 @@ class SnapshotSequence:
         self.recv_bounds = np.concatenate(([0], np.cumsum(plan.recv_counts)))
         # one transport for every snapshot's and group's exchange, agreed here from the union plan (a snapshot's
         # halo is part of it): exchanges are built apart on each rank, where no collective may run
-        self.mpi = ctx.world_size > 1 and transport.agree_small(
-            ctx.halo_group, max(int(np.sum(plan.recv_counts)), int(plan.send_idx.shape[0])))
-        if c.codec == "adaptive" and ctx.world_size > 1 and not c.links:
-            probe = HaloExchange(torch.zeros(0, dtype=torch.int64, device=ctx.device), [0] * ctx.world_size,
-                                 [0] * ctx.world_size, ctx.halo_group, c, ctx.rank, mpi=self.mpi)
-            self.config = dataclasses.replace(c, links=probe.policy.links)
+        self.wire = None
+        if ctx.world_size > 1:
+            self.wire = Wire.agree(ctx.halo_group, ctx.rank, ctx.device,
+                                   max(int(np.sum(plan.recv_counts)), int(plan.send_idx.shape[0])))
+            self.config = self.wire.with_links(c, ctx.world_size)
         self._cached: list[SnapshotGraph] = []
         self._groups: dict[tuple[int, int], SnapshotGroup] = {}  # block-diagonal groups by span, kept with the cache
         self.plan_seconds = 0.0  # time spent deriving plans, summed over all passes
@@ -197,10 +195,10 @@ class SnapshotSequence:
         ex = None
         if self.ctx.world_size > 1:
             sel = np.flatnonzero(send)
-            ex = HaloExchange(torch.from_numpy(inv[self.union_send_idx[sel]]).to(dev),
-                              np.bincount(self.send_peer[sel], minlength=self.ctx.world_size).tolist(),
-                              np.bincount(self.halo_owner[halo], minlength=self.ctx.world_size).tolist(),
-                              self.ctx.halo_group, self.config, self.ctx.rank, mpi=self.mpi)
+            ex = HaloExchange(HaloPlan(torch.from_numpy(inv[self.union_send_idx[sel]]).to(dev),
+                                       np.bincount(self.send_peer[sel], minlength=self.ctx.world_size),
+                                       np.bincount(self.halo_owner[halo], minlength=self.ctx.world_size)),
+                              self.wire.twin(), self.config)
         graph = LocalGraph(
             indptr=indptr, indices=cols[order], edge_weight=w[order], num_inner=n_in,
             num_central=int(n_in - marg.sum()), num_src=int(n_in + halo.shape[0]),
@@ -245,6 +243,5 @@ def own_exchange(sg: SnapshotGraph) -> SnapshotGraph:
     if ex is None:
         return sg
     graph = copy.copy(sg.graph)
-    graph.exchange = HaloExchange(ex.send_idx, ex.send_counts, ex.recv_counts, ex.group, ex.config, ex.rank,
-                                  mpi=ex.over_mpi())
+    graph.exchange = HaloExchange(ex.plan, ex.wire.twin(), ex.config)
     return SnapshotGraph(graph, sg.perm, sg.inv)

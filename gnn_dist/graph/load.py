@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from gnn_dist.graph.local import LocalGraph
-from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange
+from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan
 from gnn_dist.runtime.launch import DistContext
 from partition.book import PartitionBook
 from partition.errors import LaunchError
@@ -22,8 +22,8 @@ def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, ver
     book = PartitionBook(path, meta, verify)
     book.adopt(ctx.rank, plan.global_ids, plan.num_inner)  # one id map: the book holds this part's rows
     if sum(p["halo"] for p in meta["parts"]) > 0:  # every rank decides alike: all join the collective or none
-        halo = HaloExchange(torch.from_numpy(plan.send_idx).to(ctx.device), plan.send_counts.tolist(),
-                            plan.recv_counts.tolist(), ctx.halo_group, exchange, ctx.rank)
+        halo = HaloExchange.connect(HaloPlan(torch.from_numpy(plan.send_idx).to(ctx.device), plan.send_counts,
+                                             plan.recv_counts), ctx.halo_group, ctx.rank, exchange)
     else:
         halo = None
     graph = LocalGraph.from_plan(plan, meta["num_classes"], meta["num_parts"], halo, ctx.device, overlap)

@@ -26,7 +26,7 @@ import torch
 
 from gnn_dist.graph.local import LocalGraph
 from gnn_dist.runtime import tuning
-from gnn_dist.runtime.exchange import HaloExchange
+from gnn_dist.runtime.exchange import HaloExchange, HaloPlan
 from partition.graph import concat_ranges
 
 
@@ -111,8 +111,8 @@ def block_diagonal(snaps: list[SnapshotGraph]) -> SnapshotGroup:
         sends = [rm[g.exchange.send_idx.cpu().numpy()] for rm, g in zip(row_maps, gs)]
         s_off = np.cumsum(send, 1) - send
         send_idx = np.concatenate([sends[s][s_off[s][q]: s_off[s][q] + send[s][q]] for q in range(p) for s in range(size)])
-        ex = HaloExchange(torch.from_numpy(send_idx).to(dev), send.sum(0).tolist(), recv.sum(0).tolist(),
-                          g0.exchange.group, g0.exchange.config, g0.exchange.rank, mpi=g0.exchange.over_mpi())
+        ex = HaloExchange(HaloPlan(torch.from_numpy(send_idx).to(dev), send.sum(0), recv.sum(0)),
+                          g0.exchange.wire.twin(), g0.exchange.config)
     rows = size * n
     graph = LocalGraph(
         indptr=indptr, indices=indices, edge_weight=weights, num_inner=rows, num_central=int(central.sum()),

@@ -119,10 +119,7 @@ def predict(compute: float, comm: dict, cand: Candidate) -> tuple[float, float]:
 def choose(ex, graph, widths: list[tuple[int, int]], ctx, candidates=MEASURED) -> tuple[Candidate, str, dict]:
     """The candidate with the best predicted time to accuracy (the same on every rank), one line why, and
     the link model. Collective: measures the links (every rank) and agrees the estimates."""
-    from gnn_dist.runtime.adaptive import AdaptivePolicy
-    from gnn_dist.runtime.exchange import ExchangeConfig
-
-    links = AdaptivePolicy(ex, ExchangeConfig(codec="adaptive")).links
+    links = ex.wire.measure_links()
     fwd, bwd = wire_widths(widths, ex.config.input_cache)
     wires = sorted({c.wire for c in candidates})
     mine = [compute_seconds(graph, widths)] + [comm_seconds(ex, links, b, w) for w in wires for b in (fwd, bwd)]

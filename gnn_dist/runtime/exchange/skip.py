@@ -4,7 +4,7 @@ A forward channel sends a row only when it changed by more than T (relative
 L2) since it was last sent, and every `refresh_every` epochs sends them all.
 A one-byte flag per halo row tells the receiver which rows come; the rest
 keep the values last received. The state is a `SkippedRows`, one per exchange; checkpoints carry its
-`state_dict` (`gnn_dist.runtime.policy_state`).
+`state_dict` (`gnn_dist.runtime.exchange.policy_state`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gnn_dist.runtime import transport
 from gnn_dist.runtime.transfers import Pending
 
 if TYPE_CHECKING:
@@ -37,8 +36,7 @@ class SkippedRows:
             change = (flat - ref).norm(dim=1) / (ref.norm(dim=1) + 1e-12)
             send = change > ex.config.skip_threshold
         flags = torch.empty(ex.num_halo, dtype=torch.uint8, device=flat.device)
-        transport.all_to_all(flags, send.to(torch.uint8), ex.recv_counts, ex.send_counts, group=ex.group,
-                             mpi=ex.over_mpi())
+        ex.wire.all_to_all(flags, send.to(torch.uint8), ex.recv_counts, ex.send_counts)
         flags = flags.bool()
         new_ref = flat.clone() if ref is None else ref.clone()
         new_ref[send] = flat[send]
@@ -56,6 +54,10 @@ class SkippedRows:
             return block
 
         return Pending(None, merge, ex.stats[channel])
+
+    def drain(self) -> None:
+        """Nothing to wait for: a step waits for its own rows (the flags' all-to-all blocks, the rows' is waited
+        by the layer that started it)."""
 
     def tensors(self) -> list:
         """What stays between steps (memory reports)."""

@@ -4,7 +4,7 @@ Each (channel, sender, receiver) group g has a quantisation variance
 var_g(b) = R_g * width / (6 (2^b - 1)^2), R_g = sum over its rows of (max - min)^2
 (stochastic rounding of a uniform fraction has variance step^2 / 6 on average),
 and costs bytes_g(b) on its link. A link model time = alpha * bytes + beta,
-fitted per directed link at start-up, turns bytes into seconds. Links share
+fitted per directed link at start-up (`Wire.measure_links`), turns bytes into seconds. Links share
 interfaces: a sender's egress and a receiver's ingress each carry the sum of
 their links. No interface may take longer than it would at uniform
 int<budget_bits>; within that, bits go where they remove the most variance
@@ -14,12 +14,11 @@ Statistics are all-gathered first, so every rank computes the same table.
 from __future__ import annotations
 
 import heapq
-import time
 
 import torch
-import torch.distributed as dist
 
-from gnn_dist.runtime import codec, transport, tuning
+from gnn_dist.runtime import codec, tuning
+from partition.errors import UsageError
 
 
 def variance(r: float, width: int, bits: int) -> float:
@@ -112,11 +111,16 @@ class _Interfaces:
 class AdaptivePolicy:
     """Per-rank view: local statistics in, the global bit table out."""
 
-    def __init__(self, exchange, config):
-        self.ex, self.config = exchange, config
+    def __init__(self, wire, config, num_peers: int):
+        """`config.links`: the link model, measured once where the part is loaded (`Wire.measure_links`); a plan
+        with no peer needs none. Building a policy runs no collective."""
+        if not config.links and num_peers > 1:
+            raise UsageError("adaptive bit-widths need the link model: set ExchangeConfig.links from "
+                             "Wire.measure_links() (load_partition does)")
+        self.wire, self.config = wire, config
         self.local: dict = {}  # (channel, dst) -> (R, rows, width); R a device tensor until solved
         self.table: dict = {}  # (channel, src, dst) -> bits
-        self.links = dict(config.links) if config.links else self.measure_links()
+        self.links = dict(config.links or {})
         self.solved_at = -1
 
     def observe(self, channel: str, dst: int, width: int, scale: torch.Tensor, bits: int) -> None:
@@ -130,14 +134,20 @@ class AdaptivePolicy:
         every = self.config.adaptive_every
         if epoch == self.solved_at or not (epoch == 1 or (epoch > 1 and epoch % every == 0)):
             return
-        gathered = [None] * dist.get_world_size(self.ex.group)
         if any(r.is_cuda for r, _, _ in self.local.values()):  # summed on the exchange's side stream
             torch.cuda.synchronize()
         local = {k: (float(r), rows, width) for k, (r, rows, width) in self.local.items()}
-        dist.all_gather_object(gathered, local, group=self.ex.group)
+        gathered = self.wire.gather_objects(local)
         groups = {(ch, src, dst): v for src, loc in enumerate(gathered) for (ch, dst), v in loc.items()}
         self.table = solve_bits(groups, self.links, self.config.budget_bits)
         self.solved_at = epoch
+
+    def drain(self) -> None:
+        """Nothing to wait for: the policy only reads scales, and solves in a blocking gather."""
+
+    def tensors(self) -> list:
+        """The statistics kept for the next solve (device tensors until then)."""
+        return [r for r, _, _ in self.local.values()]
 
     def state_dict(self) -> dict:
         """The bit table, the statistics of the next solve, when it last solved, and the link model it budgets
@@ -150,38 +160,3 @@ class AdaptivePolicy:
     def load_state_dict(self, state: dict, device) -> None:
         self.table, self.solved_at, self.links = dict(state["table"]), state["solved_at"], dict(state["links"])
         self.local = {k: (r.to(device), rows, width) for k, (r, rows, width) in state["local"].items()}
-
-    def measure_links(self, sizes=tuning.LINK_PROBE_BYTES, reps: int = tuning.LINK_PROBE_REPEATS) -> dict:
-        """time = alpha * bytes + beta per directed link, one permutation round per peer offset.
-
-        beta is the best time of a tiny message and alpha the slope between two
-        large ones: large enough that a shaper's burst allowance and scheduling
-        jitter do not skew the slope (a two-point fit from 64 KB and 1 MB read
-        one 1 Gbit/s lab link as 1.4x slower than the rest, its intercept off
-        by milliseconds, and that one link then set every interface's budget).
-        """
-        world = dist.get_world_size(self.ex.group)
-        me = self.ex.rank
-        best = {}  # (peer offset, size) -> best seconds; repetitions interleaved so a busy spell hits one sample
-        for _ in range(reps):
-            for off in range(1, world):
-                dst, src = (me + off) % world, (me - off) % world
-                for n in sizes:
-                    send = torch.zeros(n, dtype=torch.uint8, device=self.ex.device)  # NCCL needs device buffers
-                    recv = torch.empty(n, dtype=torch.uint8, device=self.ex.device)
-                    splits_in = [n if p == dst else 0 for p in range(world)]
-                    splits_out = [n if p == src else 0 for p in range(world)]
-                    dist.barrier(group=self.ex.group)
-                    t = time.perf_counter()
-                    transport.all_to_all(recv, send, splits_out, splits_in, group=self.ex.group, mpi=self.ex.over_mpi())
-                    if send.is_cuda:
-                        torch.cuda.synchronize(send.device)
-                    best[(off, n)] = min(best.get((off, n), float("inf")), time.perf_counter() - t)
-        mine = {}
-        for off in range(1, world):
-            t = [best[(off, n)] for n in sizes]
-            alpha = max((t[2] - t[1]) / (sizes[2] - sizes[1]), 1e-12)
-            mine[(me, (me + off) % world)] = (alpha, t[0])
-        gathered = [None] * world
-        dist.all_gather_object(gathered, mine, group=self.ex.group)
-        return {k: v for d in gathered for k, v in d.items()}

@@ -21,7 +21,7 @@ unsmoothed (plain), or are waited for (fresh: only the forward rows are stale).
 Received blocks are never written: a block handed out may be an autograd
 output (HaloWait) or saved for backward, so each form builds a new tensor.
 The state (queues, block in use, previous received and drift) is a `StaleBlocks`, one per exchange;
-checkpoints carry its `state_dict` (`gnn_dist.runtime.policy_state`).
+checkpoints carry its `state_dict` (`gnn_dist.runtime.exchange.policy_state`).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Everything in it changes results:
   refreshes every `refresh_every` steps, and the adaptive policy solves at set steps;
 - stale blocks (`staleness`): the blocks still queued, waited for here (they
   would be later) and kept decoded, the smoothed block in use, and the block
-  last received with the smoothed drift (`gnn_dist.runtime.stale`);
+  last received with the smoothed drift (`gnn_dist.runtime.exchange.stale`);
 - skipping's references: the rows last sent, and the halo block last held;
 - the adaptive policy: its bit table, the statistics of the next solve, when
   it last solved, and the link model it budgets with (measured at start-up,
