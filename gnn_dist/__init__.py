@@ -2,7 +2,7 @@
 
     import gnn_dist as gd
     with gd.init() as ctx:                           # MPI / torchrun -> torch.distributed; closes at exit
-        part = gd.load_partition("out/cora-4", ctx)  # this rank's LocalGraph
+        part = gd.load_partition("out/cora-4", ctx)  # this rank's LocalPart (a LocalGraph with x, y, masks)
         model = gd.nn.build_model("gcn", part.num_features, 16, part.num_classes)
         gd.Trainer(model, part, ctx).fit(epochs=200)
 

@@ -10,6 +10,9 @@ Runs alternate base, head, base, head, ... so a busy spell on the machine hits b
 setting's median epoch per revision, head over base, and whether the accuracies were identical (a
 refactor that keeps results bit for bit keeps them). Needs what the benchmark needs (bench_exchange:
 root). Each run's lines are appended to --out, and a rerun skips the runs that file already holds.
+Revisions are commits: uncommitted edits are not in either checkout. Accuracies are compared as printed
+(4 decimals), and a setting that chooses by measured timings (`auto`) may differ between runs of one
+revision: "no" there means look, not broken.
 """
 from __future__ import annotations
 
@@ -23,18 +26,25 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = re.compile(r"^\[bench\] (?P<name>\S+) @ \S+: (?P<epoch>[0-9.]+) s/epoch, acc (?P<acc>[0-9.]+)")
+SAMPLE = re.compile(r"^\[bench\] (?P<name>.+?): (?P<epoch>[0-9.]+) s/epoch, acc (?P<acc>[0-9.]+)")
 
 
-def worktree(rev: str, work: Path) -> tuple[str, Path]:
-    """(commit, checkout) of `rev`, made once per commit."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], check=True, capture_output=True,
-                            text=True).stdout.strip()
+def resolve(rev: str) -> str:
+    """The commit `rev` names; one line and exit if it names none."""
+    got = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                         capture_output=True, text=True)
+    if got.returncode != 0:
+        raise SystemExit(f"[ab] '{rev}' names no commit of {ROOT}")
+    return got.stdout.strip()
+
+
+def worktree(commit: str, work: Path) -> Path:
+    """A checkout of `commit`, made once."""
     path = work / commit[:12]
     if not path.exists():
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), commit], check=True,
                        capture_output=True)
-    return commit, path
+    return path
 
 
 def run_once(tree: Path, argv: list[str]) -> list[dict]:
@@ -44,7 +54,7 @@ def run_once(tree: Path, argv: list[str]) -> list[dict]:
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise SystemExit(f"[ab] {tree.name}: the benchmark failed (exit {proc.returncode}): {tail[0]}")
-    found = [m.groupdict() for m in map(SAMPLE.match, (proc.stdout + proc.stderr).splitlines()) if m]
+    found = [m.groupdict() for m in map(SAMPLE.match, (proc.stdout + "\n" + proc.stderr).splitlines()) if m]
     if not found:
         raise SystemExit(f"[ab] {tree.name}: the benchmark printed no '[bench] NAME @ ...: X s/epoch' line")
     return [{"name": s["name"], "epoch_s": float(s["epoch"]), "acc": s["acc"]} for s in found]
@@ -61,7 +71,7 @@ def table(rows: list[dict], base: str, head: str) -> str:
             continue
         ma, mb = statistics.median(r["epoch_s"] for r in a), statistics.median(r["epoch_s"] for r in b)
         same = {r["acc"] for r in a} == {r["acc"] for r in b} and len({r["acc"] for r in a}) == 1
-        out.append(f"{name:<30} {ma:>8.3f} {mb:>8.3f} {mb / ma:>9.3f}  {len(a)}/{len(b)}  {'yes' if same else 'NO'}")
+        out.append(f"{name:<30} {ma:>8.3f} {mb:>8.3f} {mb / ma:>9.3f}  {len(a)}/{len(b)}  {'yes' if same else 'no'}")
     return "\n".join(out)
 
 
@@ -77,13 +87,20 @@ def main() -> None:
     argv = a.bench[1:] if a.bench[:1] == ["--"] else a.bench
     if not argv:
         raise SystemExit("[ab] give the benchmark after --, e.g. -- scripts/bench_exchange.py --parts 2")
+    if a.repeat < 1:
+        raise SystemExit("[ab] --repeat must be at least 1")
+    base, head = resolve(a.base), resolve(a.head)
+    if base == head:
+        raise SystemExit(f"[ab] --base and --head are the same commit ({base[:9]})")
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    (base, base_tree), (head, head_tree) = worktree(a.base, work), worktree(a.head, work)
+    trees = []
     try:
-        compare(a, argv, (base, base_tree), (head, head_tree))
+        for commit in (base, head):
+            trees.append(worktree(commit, work))
+        compare(a, argv, (base, trees[0]), (head, trees[1]))
     finally:  # the checkouts go; a rerun makes them again
-        for tree in {base_tree, head_tree}:
+        for tree in trees:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
 
 

@@ -413,3 +413,20 @@ def test_building_an_exchange_runs_no_collective(monkeypatch):
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.send_counts = (4, 0)
     assert ex.send_counts == [2, 2] and ex.num_halo == 4 and ex.num_peers == 2
+
+
+def test_a_bad_plan_or_wire_is_one_line():
+    from partition.errors import UsageError
+
+    for counts, needle in ((([2, 1], [2, 2]), "summing"), (([2, 2], [2]), "one send and one receive"),
+                           (([2.5, 1.5], [2, 2]), "whole numbers"), (([5, -1], [2, 2]), "whole numbers")):
+        with pytest.raises(UsageError, match=needle):
+            HaloPlan(torch.arange(4), *counts)
+    with pytest.raises(UsageError, match="1-D tensor"):
+        HaloPlan([0, 1], [1, 1], [1, 1])
+    with pytest.raises(UsageError, match="takes a HaloPlan and a Wire"):
+        HaloExchange(HaloPlan(torch.arange(2), [1, 1], [1, 1]), ExchangeConfig())
+    links = {(0, 1): (1e-9, 1e-5), (1, 0): (1e-9, 1e-5)}
+    ex = HaloExchange(HaloPlan(torch.arange(2), [1, 1], [1, 1]), Wire())
+    ex.reconfigure(ExchangeConfig(codec="adaptive"), auto_links=links)  # `--exchange auto`'s measured links
+    assert ex.policy.links == links

@@ -33,3 +33,16 @@ def test_bare_graph_has_no_node_data():
     assert not bare.is_input(part.x)
     with pytest.raises(AttributeError):
         bare.x
+
+
+def test_part_fields_assign_and_copies_own_their_data():
+    import copy
+
+    part = LocalGraph.from_graph(sbm(nodes=40, avg_degree=4, features=3, classes=2, seed=2))
+    mask = ~part.train_mask
+    part.train_mask, part.y = mask, part.y.clone()
+    assert part.data.train_mask is mask and part.train_mask is mask
+    twin = copy.copy(part)
+    twin.x = twin.x + 1  # a copy's features are its own, as when they were the graph's own field
+    assert not torch.equal(twin.x, part.x) and part.is_input(part.x) and not part.is_input(twin.x)
+    assert twin.indptr is part.indptr  # the topology is shared

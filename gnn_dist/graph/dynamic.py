@@ -243,5 +243,6 @@ def own_exchange(sg: SnapshotGraph) -> SnapshotGraph:
     if ex is None:
         return sg
     graph = copy.copy(sg.graph)
-    graph.exchange = HaloExchange(ex.plan, ex.wire.twin(), ex.config)
+    plan = HaloPlan(ex.plan.send_idx, ex.plan.send_counts, ex.plan.recv_counts)  # caches of its own, as the stream
+    graph.exchange = HaloExchange(plan, ex.wire.twin(), ex.config)
     return SnapshotGraph(graph, sg.perm, sg.inv)

@@ -1,11 +1,11 @@
-"""load_partition: this rank's part of a partition directory as a LocalGraph with its exchange."""
+"""load_partition: this rank's part of a partition directory as a LocalPart (graph, exchange and node data)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from gnn_dist.graph.local import LocalGraph
+from gnn_dist.graph.local import LocalGraph, LocalPart
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan
 from gnn_dist.runtime.launch import DistContext
 from partition.book import PartitionBook
@@ -14,7 +14,7 @@ from partition.store import read_meta, read_part
 
 
 def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, verify: bool = True,
-                   exchange: ExchangeConfig | None = None) -> LocalGraph:
+                   exchange: ExchangeConfig | None = None) -> LocalPart:
     meta = read_meta(path)
     if meta["num_parts"] != ctx.world_size:
         raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts")

@@ -7,6 +7,7 @@ for backward) are derived once and cached here.
 """
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass, field
 
@@ -106,8 +107,9 @@ class LocalGraph:
     """A part's topology and exchange plan: its rows, edges, global degrees and halo exchange.
 
     A graph holds no node data: a part's features, labels and split are a `PartData`, which a `LocalPart`
-    (what `load_partition` returns) carries beside its graph. A snapshot's graph, a group of snapshots and
-    a typed graph's relation views are graphs of this kind, whose features come from elsewhere.
+    (what `load_partition` returns) carries beside its graph. A snapshot's graph and a group of snapshots
+    are plain graphs, whose features come from the sequence; a typed graph's relation views are parts
+    that share their part's data.
     """
 
     indptr: np.ndarray  # [num_inner + 1], rows = inner destinations
@@ -297,26 +299,42 @@ class PartData:
 
     @classmethod
     def from_plan(cls, plan: PartPlan, num_classes: int, device: torch.device) -> "PartData":
+        """The node data of a part's plan, as tensors on `device` (features float32)."""
         t = lambda a: torch.from_numpy(a).to(device)
         return cls(x=t(np.array(plan.x, dtype=np.float32)), y=t(plan.y), train_mask=t(plan.train_mask),
                    val_mask=t(plan.val_mask), test_mask=t(plan.test_mask), num_classes=num_classes)
+
+
+def _data_field(name: str) -> property:
+    """A part's attribute that reads and replaces its `PartData`'s field of the same name."""
+    return property(lambda self: getattr(self.data, name), lambda self, v: setattr(self.data, name, v),
+                    doc=f"the part's `data.{name}`")
 
 
 @dataclass
 class LocalPart(LocalGraph):
     """A part as a rank trains on it: its graph (topology and exchange plan) and its node data.
 
-    `x`, `y`, the masks and `num_classes` read the part's `PartData`; `graph.x = ...` replaces its features.
+    `x`, `y`, the masks and `num_classes` read the part's `PartData`, and assigning one (`part.x = ...`)
+    replaces it there; the constructor takes them as `data=PartData(...)`.
     """
 
     data: PartData = field(kw_only=True)
 
-    x = property(lambda self: self.data.x, lambda self, v: setattr(self.data, "x", v))
-    y = property(lambda self: self.data.y)
-    train_mask = property(lambda self: self.data.train_mask)
-    val_mask = property(lambda self: self.data.val_mask)
-    test_mask = property(lambda self: self.data.test_mask)
-    num_classes = property(lambda self: self.data.num_classes)
+    x = _data_field("x")
+    y = _data_field("y")
+    train_mask = _data_field("train_mask")
+    val_mask = _data_field("val_mask")
+    test_mask = _data_field("test_mask")
+    num_classes = _data_field("num_classes")
+
+    def __copy__(self) -> "LocalPart":
+        """A shallow copy with data of its own: replacing the copy's `x` leaves this part's alone (as before
+        the data had an object of its own). Relation views share their part's data on purpose."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.data = copy.copy(self.data)
+        return new
 
     @property
     def num_features(self) -> int:

@@ -53,7 +53,7 @@ class Types:
         return torch.from_numpy(self.node_type[:num_inner] == t)
 
 
-def attach_types(graph: LocalGraph, plan, meta: dict, xs: list[np.ndarray]) -> LocalGraph:
+def attach_types(graph: LocalPart, plan, meta: dict, xs: list[np.ndarray]) -> LocalPart:
     node_types, edge_types = meta["node_types"], [tuple(e.split(":")) for e in meta["edge_types"]]
     r = len(edge_types)
     deg = plan.rel_in_degree
@@ -71,7 +71,7 @@ def attach_types(graph: LocalGraph, plan, meta: dict, xs: list[np.ndarray]) -> L
     return graph
 
 
-def local_typed(hg, device: torch.device = torch.device("cpu")) -> LocalGraph:
+def local_typed(hg, device: torch.device = torch.device("cpu")) -> LocalPart:
     """A whole `TypedGraph` in one process (every node inner, no exchange)."""
     from partition.build import build_parts
 
@@ -85,7 +85,7 @@ def local_typed(hg, device: torch.device = torch.device("cpu")) -> LocalGraph:
 
 
 def load_typed_partition(path: str | Path, ctx: DistContext, overlap: bool = True, verify: bool = True,
-                          exchange=None, relagg: bool = False) -> LocalGraph:
+                          exchange=None, relagg: bool = False) -> LocalPart:
     """This rank's typed part; `relagg` prepares relation-aggregation-first exchange for R-GCN."""
     meta = read_meta(path)
     if "node_types" not in meta or meta.get("format_version") != 2:
@@ -100,7 +100,7 @@ def load_typed_partition(path: str | Path, ctx: DistContext, overlap: bool = Tru
     return graph
 
 
-def relation_view(graph: LocalGraph, r: int) -> LocalGraph:
+def relation_view(graph: LocalPart, r: int) -> LocalPart:
     """Relation r's edges over the same rows and exchange; `mean`/`gcn` count degrees in relation r."""
     types = graph.types
     if r not in types.views:

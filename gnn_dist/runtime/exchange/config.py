@@ -29,7 +29,8 @@ class ExchangeConfig:
     adaptive_every: int = 50  # adaptive: re-solve bit-widths every N epochs
     budget_bits: int = 4  # adaptive: each link may spend the wire time of uniform int<budget_bits>
     input_cache: bool = True  # fetch the input features' halo once; exact (see input_dropout)
-    # adaptive: a pinned link model {(src, dst): (seconds per byte, seconds per message)}; None: measured at start
+    # adaptive: a pinned link model {(src, dst): (seconds per byte, seconds per message)}; None: measured where the
+    # part is loaded (`HaloExchange.connect`, `Wire.measure_links`)
     links: dict | None = None
 
     @property

@@ -28,6 +28,7 @@ on the device until the epoch's metrics are read.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import weakref
 
 import torch
@@ -40,6 +41,7 @@ from gnn_dist.runtime.exchange.plan import HaloPlan
 from gnn_dist.runtime.exchange.step_clock import StepClock
 from gnn_dist.runtime.exchange.wire import Wire
 from gnn_dist.runtime.transfers import ChannelStats, Pending, Ready
+from partition.errors import UsageError
 
 STATIC = "fwd.input"  # metrics channel of the one-off fetch of the input features' halo
 
@@ -53,6 +55,10 @@ class HaloExchange:
     """
 
     def __init__(self, plan: HaloPlan, wire: Wire, config: ExchangeConfig | None = None):
+        if not isinstance(plan, HaloPlan) or not isinstance(wire, Wire):
+            raise UsageError("HaloExchange(plan, wire, config) takes a HaloPlan and a Wire")
+        if wire.device != plan.device:
+            raise UsageError(f"the exchange's wire is on {wire.device} but its plan's rows are on {plan.device}")
         self.plan, self.wire = plan, wire
         self.config = (config or ExchangeConfig()).validate()
         self.stats: dict[str, ChannelStats] = collections.defaultdict(ChannelStats)
@@ -73,6 +79,7 @@ class HaloExchange:
         return cls(plan, wire, wire.with_links((config or ExchangeConfig()).validate(), plan.num_peers))
 
     def _adaptive(self, config: ExchangeConfig) -> AdaptivePolicy | None:
+        """The adaptive bit-width policy an adaptive config needs, else None."""
         return AdaptivePolicy(self.wire, config, self.plan.num_peers) if config.codec == "adaptive" else None
 
     def reconfigure(self, config: ExchangeConfig, auto_links: dict | None = None) -> None:
@@ -80,6 +87,8 @@ class HaloExchange:
         checkpoint was made under); `auto_links`: the links it measured, which an adaptive config then uses."""
         if self.clock.owners or self.clock.epoch:  # (a loaded state has begun too)
             raise RuntimeError("an exchange is reconfigured only before its first training exchange")
+        if config.codec == "adaptive" and not config.links:  # the links measured, or the loader's
+            config = dataclasses.replace(config, links=auto_links or self.config.links)
         self.config = config.validate()
         self.policy = self._adaptive(self.config)
         self.auto_links = auto_links
@@ -193,8 +202,7 @@ class HaloExchange:
         """What the exchange keeps between steps (its buffers in flight are a step's temporaries): the plan,
         the policies' blocks and references, the input features' halo (memory reports)."""
         policy = [] if self.policy is None else self.policy.tensors()
-        return [self.send_idx, *self.stale.tensors(), *self.skip.tensors(), *policy, self._static,
-                self.plan.__dict__.get("distinct")]  # (computed once an exchange is quantised)
+        return [*self.plan.tensors(), *self.stale.tensors(), *self.skip.tensors(), *policy, self._static]
 
     # ----------------------------------------------------------- directions
     def static_halo(self, x: torch.Tensor) -> torch.Tensor:

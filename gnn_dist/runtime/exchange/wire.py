@@ -23,7 +23,10 @@ class Wire:
     """One exchange's group, transport and side stream. Building one runs no collective: `agree` does."""
 
     def __init__(self, group=None, rank: int = 0, device: torch.device = torch.device("cpu"), mpi: bool = False):
-        self.group, self.rank, self.device, self.mpi = group, rank, torch.device(device), bool(mpi)
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:  # "cuda": the current device, as tensors place it
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.group, self.rank, self.device, self.mpi = group, rank, device, bool(mpi)
         self.side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     @classmethod
