@@ -167,6 +167,9 @@ def lab_run(res: Results, key: dict, part: Path, work: Path, epochs: int, eval_e
 
 
 # ------------------------------------------------------------------------------------------ fidelity
+PINNED_CPU = "1"  # the CPU of fidelity's pinned runs (and of its host, with --pin-host)
+
+
 def fidelity(a: argparse.Namespace, res: Results, lab: Lab) -> None:
     """Each config between two runs pinned to one CPU (this box's speed drifts by tens of percent over minutes:
     a config is judged against its neighbours, not against a median taken at other times)."""
@@ -174,12 +177,13 @@ def fidelity(a: argparse.Namespace, res: Results, lab: Lab) -> None:
     pinned = ("pinned", None, ["--threads", "1"])
     configs = [(f"C={c:g}", c, []) for c in a.cores] + \
               [(f"C=0.45 {t}", 0.45, flags) for t, flags in (("auto", []), ("--threads 1", ["--threads", "1"]),
-                                                             ("--threads 2", ["--threads", "2"]))]
+                                                             ("--threads 2", ["--threads", "2"])) if a.thread_rows]
+    pin = ["taskset", "-c", PINNED_CPU]
     for rep in range(a.repeat):
         order = [x for c in configs for x in (pinned, c)] + [pinned]
         for seq, (name, cores, flags) in enumerate(order):
             key = {"kind": "fidelity", "dataset": a.dataset, "config": name, "rep": rep, "seq": seq,
-                   "period": a.cfs_period_us}
+                   "period": a.cfs_period_us, "pin_host": a.pin_host or None}
             if res.done(**key):
                 continue
             log = a.work / "run.jsonl"
@@ -187,7 +191,7 @@ def fidelity(a: argparse.Namespace, res: Results, lab: Lab) -> None:
             t = time.perf_counter()
             if cores is None:  # one CPU, no quota, no lab
                 lab.close()
-                r = subprocess.run(["taskset", "-c", "1", *cmd], cwd=ROOT, capture_output=True, text=True)
+                r = subprocess.run([*pin, *cmd], cwd=ROOT, capture_output=True, text=True)
                 if r.returncode != 0:
                     raise SystemExit(f"bench_cluster: fidelity {name} failed: {r.stderr.strip()[-300:]}")
                 delivered = None
@@ -195,7 +199,7 @@ def fidelity(a: argparse.Namespace, res: Results, lab: Lab) -> None:
                 lab.use(1, "none", cores, None, a.cfs_period_us)
                 host = netlab.host_groups(netlab.load_state())[0]
                 cpu0 = host.usage()["cpu_s"]
-                if netlab.run(cmd, timeout=4 * 3600) != 0:
+                if netlab.run([*pin, *cmd] if a.pin_host else cmd, timeout=4 * 3600) != 0:
                     raise SystemExit(f"bench_cluster: fidelity {name} failed")
                 delivered = (host.usage()["cpu_s"] - cpu0) / (time.perf_counter() - t)  # cores the host got
             row = res.add(dict(key, cores=cores, delivered=delivered, **measure(log, 1, "none")))
@@ -307,6 +311,11 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--repeat", type=int, default=3)
     f.add_argument("--epochs", type=int, default=6)
     f.add_argument("--cfs-period-us", type=int, default=None, help="the quota's period (default: netlab's)")
+    f.add_argument("--pin-host", action="store_true",
+                   help="run the host's rank on the pinned run's CPU too (taskset): the quota alone is compared, "
+                        "without migrations between CPUs")
+    f.add_argument("--no-thread-rows", dest="thread_rows", action="store_false",
+                   help="only the C rows, not the 0.45-core thread-count rows")
     s = sub.add_parser("sweep", help="strong scaling on P emulated hosts at C cores each")
     s.add_argument("--quick", action="store_true", help="the SBM only")
     s.add_argument("--graphs", nargs="+", default=list(GRAPHS), metavar="GRAPH",
