@@ -86,8 +86,14 @@ def describe() -> str:
             f"{' | '.join(names('typed'))}; or your own: MODULE:FUNCTION or FILE.py:FUNCTION")
 
 
+def _on_path(folder: str) -> None:
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
 def _load_user_builder(spec: str) -> Builder:
     target, _, func = spec.rpartition(":")
+    _on_path(os.getcwd())  # the working directory, as docs/layers.md says: a console script's path starts elsewhere
     if not target or not func:
         raise UsageError(f"--model {spec}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
     try:
@@ -97,14 +103,13 @@ def _load_user_builder(spec: str) -> Builder:
                 raise UsageError(f"--model {spec}: file {target} does not exist")
             name = f"gnn_dist_user_{abs(hash(str(path)))}"
             module = sys.modules.get(name)
-            if module is None:
+            if module is None:  # its folder first on the path, as `python FILE.py` has it: its neighbours import
+                _on_path(str(path.parent))
                 module_spec = importlib.util.spec_from_file_location(name, path)
                 module = importlib.util.module_from_spec(module_spec)
                 sys.modules[name] = module
                 module_spec.loader.exec_module(module)
         else:
-            if os.getcwd() not in sys.path:  # a console script's path starts at its bin folder, not here
-                sys.path.insert(0, os.getcwd())
             module = importlib.import_module(target)
     except UsageError:
         raise
