@@ -54,14 +54,15 @@ def chunk_files(spec: str) -> list[Path]:
 
 
 def _text_layout(f: Path) -> tuple[str | None, int] | None:
-    """(delimiter, header lines to skip), or None for a chunk without data lines; refuses files whose lines are
-    not one edge each."""
+    """(delimiter, raw lines to skip: through the header, comments before it included), or None for a chunk
+    without data lines; refuses files whose lines are not one edge each."""
     if base_suffix(f) in (".graph", ".metis", ".chaco"):
         raise DataError(f"edge list chunk {f} looks like a METIS graph file: read it with metis:{f}")
     with open_text(f) as fh:
-        lines = []
-        for ln in fh:
+        lines, first = [], 0  # first: the raw line number of the first line that is not a comment or blank
+        for i, ln in enumerate(fh):
             if ln.strip() and not ln.startswith(("#", "%")):
+                first = i if not lines else first
                 lines.append(ln)
                 if len(lines) == SAMPLE_LINES:
                     break
@@ -74,7 +75,7 @@ def _text_layout(f: Path) -> tuple[str | None, int] | None:
         k = next(i for i, w in enumerate(widths) if w != widths[0] or w < 2)
         raise DataError(f"edge list chunk {f}: data lines have {widths[0]} and {widths[k]} columns; edges: reads one "
                         f"'src dst' pair per line (a METIS graph file? read it with metis:{f})")
-    return delim, header
+    return delim, first + 1 if header else 0  # loadtxt's skiprows counts comment lines too
 
 
 def _ids(a: np.ndarray, f: Path) -> np.ndarray:

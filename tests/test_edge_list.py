@@ -37,3 +37,12 @@ def test_bad_chunks(tmp_path):
         load_dataset(f"edges:{tmp_path / 'y.csv'}")
     with pytest.raises(DataError, match="no files found"):
         load_dataset(f"edges:{tmp_path / 'nothing*.csv'}")
+
+
+@pytest.mark.parametrize("text", ["# my edges\nsrc dst\n0 1\n1 2\n", "\n% note\n\nsrc,dst\n# inside\n0,1\n1,2\n",
+                                  "src dst\n0 1\n1 2\n", "# only a comment\n0 1\n1 2\n"])
+def test_comments_blanks_and_a_header_in_any_order(tmp_path, text):
+    f = tmp_path / ("e.csv" if "," in text else "e.txt")
+    f.write_text(text)
+    g = load_dataset(f"edges:{f}")
+    assert g.num_nodes == 3 and g.num_edges == 2
