@@ -254,17 +254,18 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
     if args.exchange == "auto":
         auto_exchange(args, ctx, graph, width)
     best = lambda f: f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else ""  # noqa: E731
+    loss = lambda f: f"loss {f['loss']:.4f} | " if "loss" in f else ""  # noqa: E731  (none: nothing was trained)
     if args.task == "link":
         from gnn_dist.train.link import LinkTrainer
 
         return model, lambda: LinkTrainer(model, graph, ctx, args.partition, **loop_options(args)), lambda f: (
-            f"final epoch {f.get('epoch')}: loss {f['loss']:.4f} | val auc {f['val_auc']:.4f} | "
-            f"test auc {f['test_auc']:.4f}" + best(f))
+            f"final epoch {f.get('epoch')}: {loss(f)}val auc {f['val_auc']:.4f} | test auc {f['test_auc']:.4f}"
+            + best(f))
     from gnn_dist.train.node import Trainer
 
     first = cost_report.prediction(args, ctx, meta, graph.num_classes)  # the cost model's, in the first record
     return model, lambda: Trainer(model, graph, ctx, meta.get("metric"), **loop_options(args), log_first=first), lambda f: (
-        f"final epoch {f.get('epoch')}: loss {f.get('loss', float('nan')):.4f} | "
+        f"final epoch {f.get('epoch')}: {loss(f)}"
         + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in f.items() if k.endswith(("_acc", "_f1", "_rocauc")))
         + best(f))
 

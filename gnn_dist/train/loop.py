@@ -129,8 +129,12 @@ class Loop:
     # ------------------------------------------------------------------- loop
     def fit(self, epochs: int, resume: bool = False) -> dict:
         start = self._resume() if resume else 0
-        bar = Progress(epochs, "train", "epochs", self.progress, initial=start)
         record: dict = {}
+        if start >= epochs:  # a finished run resumed: nothing to train, its checkpoint's metrics
+            self._say(f"already at epoch {start} of {epochs}: nothing left to train (--epochs is the total); "
+                      f"the checkpoint's metrics follow")
+            record = {"epoch": start - 1}
+        bar = Progress(epochs, "train", "epochs", self.progress, initial=min(start, epochs))
         for epoch in range(start, epochs):
             t0, self.reduce_s = time.perf_counter(), 0.0
             loss = self.train_epoch(epoch)
@@ -159,7 +163,7 @@ class Loop:
         if self.best:  # report (and keep) the weights of the best validation epoch
             self.model.load_state_dict(self.best["model"])
             record = dict(record, **self.task.evaluate(), best_epoch=self.best["epoch"])
-        elif not any(k.startswith("test_") for k in record) and epochs > start:
+        elif not any(k.startswith("test_") for k in record) and (epochs > start or record):
             record.update(self.task.evaluate())
         return record
 
@@ -217,6 +221,8 @@ class Loop:
         """Model, optimiser, schedule, seed and (same rank count) the exchange's policy state, from rank 0's file."""
         state, mine = checkpoint.receive(self.ckpt, self.ctx)
         if not state:
+            self._say(f"no checkpoint in {self.ckpt.parent if self.ckpt else 'the checkpoint folder'}: "
+                      f"starting from epoch 0")
             return 0
         checkpoint.load_model_state(self.model, state["model"], f"checkpoint {self.ckpt}")
         checkpoint.load_optimizer_state(self.opt, state["optimizer"], f"checkpoint {self.ckpt}")
@@ -227,20 +233,23 @@ class Loop:
             best = state["best"]
             self.best = {"value": best["value"], "epoch": best["epoch"], "stale": best["stale"],
                          "model": checkpoint.own_model_state(self.model, best["state"])}
-        self._resume_exchange(state, mine)
+        if not self._resume_exchange(state, mine):
+            self._say(f"resumed from epoch {state['epoch']} ({self.ckpt}): training goes on at epoch "
+                      f"{int(state['epoch']) + 1}")
         return int(state["epoch"]) + 1
 
-    def _resume_exchange(self, state: dict, mine: dict | None) -> None:
+    def _resume_exchange(self, state: dict, mine: dict | None) -> bool:
         """Continue the exchange's policies where the checkpoint left them, on every rank or on none (the
-        adaptive bit table must agree everywhere); one line when they start afresh instead."""
+        adaptive bit table must agree everywhere); one line when they start afresh instead (then True: the
+        resume has been told)."""
         ex, saved = self._exchange(), state.get("world_size")
         if saved != self.ctx.world_size:
             self._say(f"resumed on {self.ctx.world_size} ranks from a checkpoint of {saved}: model and optimiser "
                       f"restored exactly; the exchange's policy state (stale blocks, skip references, adaptive "
                       f"bit-widths, step count) starts afresh")
-            return
+            return True
         if ex is None or mine is None:
-            return
+            return False
         why = ex.state_mismatch(mine)
         if why is not None and ex.auto_links is not None:  # --exchange auto chose otherwise
             from gnn_dist.train import advice
@@ -252,8 +261,9 @@ class Loop:
         if count_sum(why is not None, self.ctx):
             self._say(f"resumed from epoch {state['epoch']}: model and optimiser restored; the exchange's policy "
                       f"state starts afresh ({why or 'another rank: its halo plan differs'})")
-            return
+            return True
         ex.load_state_dict(mine)
+        return False
 
 
 def rank_times(epoch_s: float, reduce_s: float, halo: dict, ctx: DistContext) -> dict:

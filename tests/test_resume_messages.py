@@ -1,0 +1,26 @@
+"""`--resume` says what it did: no checkpoint, resumed from epoch N, or a finished run's metrics (one rank)."""
+from __future__ import annotations
+
+import json
+
+from tests.conftest import cli_partition, run_cli
+
+
+def test_resume_says_what_it_did(tmp_path):
+    part = cli_partition(tmp_path, "karate", 1)
+    ck, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    train = lambda epochs: run_cli("train", "--partition", str(part), "--epochs", str(epochs), "--checkpoint-dir",  # noqa: E731
+                                   str(ck), "--checkpoint-every", "2", "--resume", "--progress", "none",
+                                   "--log", str(log))
+    r = train(4)
+    assert r.returncode == 0, r.stderr
+    assert f"no checkpoint in {ck}: starting from epoch 0" in r.stderr
+    r = train(4)  # finished: nothing to train, the checkpoint's metrics
+    assert r.returncode == 0, r.stderr
+    assert "already at epoch 4 of 4" in r.stderr and "final epoch 3: train acc" in r.stdout
+    assert "nan" not in r.stdout + r.stderr and "None" not in r.stdout + r.stderr
+    log.unlink()
+    r = train(6)
+    assert r.returncode == 0, r.stderr
+    assert f"resumed from epoch 3 ({ck / 'checkpoint.pt'}): training goes on at epoch 4" in r.stderr
+    assert [json.loads(x)["epoch"] for x in log.read_text().splitlines() if '"loss"' in x] == [4, 5]
