@@ -24,3 +24,15 @@ def test_resume_says_what_it_did(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"resumed from epoch 3 ({ck / 'checkpoint.pt'}): training goes on at epoch 4" in r.stderr
     assert [json.loads(x)["epoch"] for x in log.read_text().splitlines() if '"loss"' in x] == [4, 5]
+
+
+def test_a_resume_with_other_model_flags_names_them(tmp_path):
+    part = cli_partition(tmp_path, "karate", 1)
+    ck = tmp_path / "ck"
+    train = lambda *flags: run_cli("train", "--partition", str(part), "--epochs", "2", "--checkpoint-dir", str(ck),  # noqa: E731
+                                   "--checkpoint-every", "2", "--resume", "--progress", "none", *flags)
+    assert train("--hidden", "8").returncode == 0
+    r = train("--hidden", "12", "--epochs", "4")
+    assert r.returncode == 2 and "trained with other model flags (--hidden 8 there, 12 here)" in r.stderr, r.stderr
+    r = train("--hidden", "8", "--epochs", "4", "--dropout", "0.2")  # fits: used, and said
+    assert r.returncode == 0 and "--dropout 0.5 there, 0.2 here); its weights fit and are used" in r.stderr, r.stderr

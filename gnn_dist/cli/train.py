@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from gnn_dist import progress
-from gnn_dist.cli import cost_report
+from gnn_dist.cli import cost_report, model_file
 from gnn_dist.cli.exchange_flags import add_exchange_flags, auto_exchange, exchange_config, stale_flags
 from gnn_dist.cli.launch_flags import add_launch_flags
 from partition.errors import GnnDistError, MissingExtraError, UsageError
@@ -243,7 +243,7 @@ def loop_options(a: argparse.Namespace) -> dict:
                 checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, eval_every=a.eval_every,
                 progress=progress.flag_mode(a), lr_schedule=a.lr_schedule, epochs=a.epochs, lr_step=a.lr_step,
                 lr_gamma=a.lr_gamma, early_stop=a.early_stop, keep_best=a.keep_best,
-                memory_report=getattr(a, "runtime_bytes", None))
+                memory_report=getattr(a, "runtime_bytes", None), model_spec=model_file.spec(a))
 
 
 def static_setup(args: argparse.Namespace, ctx, meta: dict):
@@ -347,7 +347,6 @@ def fit_and_report(ctx, args: argparse.Namespace, model, fit, summary) -> int:
     except (Exception, SystemExit) as e:
         ctx.leave_on(e)
     if args.save_model:  # every rank: learnable node rows are gathered to rank 0
-        from gnn_dist.cli import model_file
         from gnn_dist.train.checkpoint import model_state
 
         state = model_state(model, ctx)

@@ -33,7 +33,8 @@ VERSION = 2
 _WHAT = {MODEL: "model file (train --save-model)", CHECKPOINT: "checkpoint", BEST: "best-weights file"}
 # the fields a resume reads, by type (a model file's own spec is checked by gnn_dist.cli.model_file)
 _FIELDS = {CHECKPOINT: {"epoch": int, "seed": int, "world_size": int, "model": dict, "optimizer": dict,
-                        "schedule": (dict, type(None)), "exchange": (list, type(None)), "best": (dict, type(None))}}
+                        "schedule": (dict, type(None)), "exchange": (list, type(None)), "best": (dict, type(None)),
+                        "model_spec": (dict, type(None))}}
 
 
 def stamped(fmt: str, **fields) -> dict:
@@ -129,17 +130,33 @@ def own_model_state(model: torch.nn.Module, state: dict) -> dict:
     return state
 
 
-def load_model_state(model: torch.nn.Module, state: dict, source: str = "the saved state") -> None:
+def spec_differences(saved: dict | None, now: dict | None) -> str:
+    """The model flags that differ between a checkpoint's run and this one, as the user typed them
+    ("--hidden 16 there, 32 here"); empty if none differ or either run recorded none (older checkpoints)."""
+    if not saved or not now:
+        return ""
+    flag = lambda k: "--model" if k == "name" else "--" + k.replace("_", "-")  # noqa: E731
+    return ", ".join(f"{flag(k)} {saved.get(k)} there, {now.get(k)} here" for k in now if saved.get(k) != now.get(k))
+
+
+def load_model_state(model: torch.nn.Module, state: dict, source: str = "the saved state", differences: str = "",
+                     say=None) -> None:
     """Load a state dict whose rank-local tables are whole: this rank takes its own rows.
 
     A state that does not fit (another model, other flags that shape it, another graph's widths) is
-    the user's file or flags, not the code: one line (UsageError) naming `source` and the first mismatch.
+    the user's file or flags, not the code: one line (UsageError) naming `source` and the model flags that
+    differ (`differences`, from `spec_differences`), else torch's first mismatch. A state that fits although
+    flags differ (dropout, say) is loaded, and `say` told which.
     """
     try:
         model.load_state_dict(own_model_state(model, state))
     except RuntimeError as e:  # torch's "Error(s) in loading state_dict for GNN:", then one line per mismatch
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        raise UsageError(f"{source} does not fit this model: {(lines[1:] or lines or ['?'])[0][:300]}") from None
+        why = f"it was trained with other model flags ({differences})" if differences else \
+            (lines[1:] or lines or ["?"])[0][:300]
+        raise UsageError(f"{source} does not fit this model: {why}") from None
+    if differences and say is not None:
+        say(f"{source} was trained with other model flags ({differences}); its weights fit and are used")
 
 
 def load_optimizer_state(opt: torch.optim.Optimizer, state: dict, source: str = "the saved state") -> None:

@@ -58,7 +58,7 @@ class Loop:
                  checkpoint_dir: str | None = None, checkpoint_every: int = 0, eval_every: int = 1,
                  progress: bool | str = True, lr_schedule: str = "none", epochs: int = 0, lr_step: int = 50,
                  lr_gamma: float = 0.5, early_stop: int = 0, keep_best: bool = False,
-                 memory_report: int | None = None, log_first: dict | None = None):
+                 memory_report: int | None = None, log_first: dict | None = None, model_spec: dict | None = None):
         self.model, self.task, self.ctx = model.to(ctx.device), task, ctx
         self.seed = int(broadcast(torch.tensor([seed], dtype=torch.int64), ctx)[0])  # rank 0's seed rules
         self.opt = make_optimizer(optimizer, self.model, lr, weight_decay)
@@ -72,6 +72,7 @@ class Loop:
         self.tensorboard = None  # a gnn_dist.train.tblog.TensorBoardLog on rank 0, if asked for
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
         self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
+        self.model_spec = model_spec  # the flags that built the model (gnn_dist.cli.model_file.spec), in checkpoints
         self.checkpoint_every, self.eval_every = checkpoint_every, eval_every
         self.progress = resolve(progress) if ctx.is_main else "none"  # bar | lines | none (gnn_dist.progress)
         self.memory_report = memory_report  # the runtime's resident bytes before loading: report after one epoch
@@ -210,7 +211,7 @@ class Loop:
             checkpoint.save_atomic(checkpoint.stamped(
                 checkpoint.CHECKPOINT, epoch=int(epoch), seed=int(self.seed), world_size=self.ctx.world_size,
                 model=model, optimizer=opt, schedule=self.sched.state_dict() if self.sched else None,
-                exchange=exchange, best=best), self.ckpt)
+                exchange=exchange, best=best, model_spec=self.model_spec), self.ckpt)
 
     def _exchange(self):
         """The exchange whose policy state checkpoints carry; None without one (one rank; snapshot sequences,
@@ -224,7 +225,8 @@ class Loop:
             self._say(f"no checkpoint in {self.ckpt.parent if self.ckpt else 'the checkpoint folder'}: "
                       f"starting from epoch 0")
             return 0
-        checkpoint.load_model_state(self.model, state["model"], f"checkpoint {self.ckpt}")
+        checkpoint.load_model_state(self.model, state["model"], f"checkpoint {self.ckpt}",
+                                    checkpoint.spec_differences(state.get("model_spec"), self.model_spec), self._say)
         checkpoint.load_optimizer_state(self.opt, state["optimizer"], f"checkpoint {self.ckpt}")
         if self.sched is not None and state.get("schedule"):
             self.sched.load_state_dict(state["schedule"])
