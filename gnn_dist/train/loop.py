@@ -140,6 +140,8 @@ class Loop:
             t0, self.reduce_s = time.perf_counter(), 0.0
             loss = self.train_epoch(epoch)
             dt = time.perf_counter() - t0
+            if epoch == start and self.ctx.is_main and (line := reuse_line(self._exchange())) is not None:
+                bar.write(f"[gnn-dist] {line}")
             record = {"epoch": epoch, "loss": loss, "epoch_time": dt, **self.task.epoch_record()}
             record.update(rank_times(dt, self.reduce_s, record.get("halo", {}), self.ctx))
             if epoch + 1 == epochs or (self.eval_every and (epoch + 1) % self.eval_every == 0):
@@ -266,6 +268,22 @@ class Loop:
             return True
         ex.load_state_dict(mine)
         return False
+
+
+def reuse_line(ex) -> str | None:
+    """What `--staleness` or `--skip-threshold` acts on, from the channels of a first training step (None without
+    either): a model whose layers all send rows after dropout would otherwise ignore the flag silently."""
+    if ex is None or not ex.config.reuses_rows:
+        return None
+    c = ex.config
+    flag = f"--staleness {c.staleness}" if c.staleness else f"--skip-threshold {c.skip_threshold:g}"
+    reused, fresh = ex.reuse_report()
+    if not reused:
+        return (f"{flag} acts on no channel of this model: its layers ({', '.join(fresh) or 'none'}) send rows after "
+                f"dropout (x W, a new mask each step), which always go fresh (docs/exchange.md); a hidden layer that "
+                f"aggregates its input (gcn or sage with --layers 3, gin) or --dropout 0 gives it one")
+    return f"{flag} acts on channels {', '.join(reused)}" + (
+        f"; {', '.join(fresh)} go fresh (rows after dropout: docs/exchange.md)" if fresh else "")
 
 
 def rank_times(epoch_s: float, reduce_s: float, halo: dict, ctx: DistContext) -> dict:

@@ -66,6 +66,7 @@ class HaloExchange:
         self.stale = stale.StaleBlocks()  # each policy's state, owned by its part
         self.skip = skip.SkippedRows()
         self._fresh: set[str] = set()  # channels of owners with reuse_rows = False: never stale or skipped
+        self._named: dict[str, None] = {}  # training channels named so far, in order (`reuse_report`)
         self._static: tuple | None = None  # (input features, their halo rows), fetched once
         self._given: dict[int, tuple] = {}  # id(x) -> (weak ref to x, its halo or a function giving it): `provide`
         self.policy = self._adaptive(self.config)
@@ -134,7 +135,13 @@ class HaloExchange:
             self.policy.maybe_solve(self.clock.epoch)
         if getattr(owner, "reuse_rows", True) is False:
             self._fresh.add(name)
+        self._named.setdefault(name)
         return name
+
+    def reuse_report(self) -> tuple[list[str], list[str]]:
+        """(channels whose rows staleness or skipping may reuse, channels always sent fresh), of the training
+        calls so far: what `--staleness` or `--skip-threshold` acts on in this model."""
+        return [n for n in self._named if n not in self._fresh], [n for n in self._named if n in self._fresh]
 
     @property
     def epoch(self) -> int:
