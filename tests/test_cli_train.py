@@ -82,7 +82,12 @@ def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
     ("--layers", "two", "invalid int value: 'two'"),
     ("--window", "4", "--window applies to dynamic graphs"),  # a flag this kind of graph does not use: refused
     ("--relagg", None, "--relagg applies to --model rgcn"),
-    ("--num-bases", "3", "--num-bases applies to typed graphs"),
+    ("--num-bases", "3", "--num-bases applies to --model rgcn"),
+    ("--num-bases", "2", "--num-bases applies to --model rgcn"),  # the default's value, given: refused too
+    ("--heads", "4", "--heads applies to --model gat"),
+    ("--stale-momentum", "0.5", "--stale-* shape the stale blocks of --staleness S"),
+    ("--refresh-every", "5", "--refresh-every applies with --skip-threshold"),
+    ("--budget-bits", "2", "--adaptive-every and --budget-bits apply to --codec adaptive"),
 ])
 def test_bad_hyper_parameters(karate2, flag, value, needle):
     _one_line(run_cli("train", "--partition", str(karate2), flag, *([value] if value else [])), needle)

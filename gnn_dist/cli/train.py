@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
                         "or your own, MODULE:FUNCTION or FILE.py:FUNCTION, where FUNCTION(num_features, "
                         "num_classes, config) returns a model of gnn-dist layers (see examples/custom_layer.py) "
                         "or of PyG's own, wrapped by gd.nn.Distributed (examples/pyg_model.py)")
-    p.add_argument("--num-bases", type=int, default=2, help="rgcn: basis matrices shared by the relations (0: none)")
+    p.add_argument("--num-bases", type=int, default=None,
+                   help="rgcn: basis matrices shared by the relations (default 2; 0: none)")
     p.add_argument("--relagg", action="store_true",
                    help="rgcn: owners send per-relation partial aggregates instead of raw rows where the "
                         "partitioner found that fewer (relation-aggregation-first)")
@@ -29,7 +30,7 @@ def add_parser(sub) -> None:
                    help="node classification (default) or link prediction (partition with --link-split)")
     p.add_argument("--layers", type=int, default=None, help="graph layers (default 2; dynamic models 1)")
     p.add_argument("--hidden", type=int, default=16)
-    p.add_argument("--heads", type=int, default=8, help="attention heads of hidden GAT layers (default 8)")
+    p.add_argument("--heads", type=int, default=None, help="gat: attention heads of hidden layers (default 8)")
     p.add_argument("--epochs", type=int, default=None, help="default 200 (dynamic models 50)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--weight-decay", type=float, default=None, help="default 5e-4 (dynamic models 0)")
@@ -95,7 +96,7 @@ def check_model(spec: str) -> None:
 
 
 def check_args(a: argparse.Namespace) -> None:
-    from gnn_dist.nn.registry import graph_kind
+    from gnn_dist.nn.registry import graph_kind, is_user_model
     from gnn_dist.train.dynamic import RESUME_WITH_POLICY
 
     check_model(a.model)
@@ -103,6 +104,22 @@ def check_args(a: argparse.Namespace) -> None:
     a.layers = a.layers if a.layers is not None else (1 if dynamic else 2)
     a.epochs = a.epochs if a.epochs is not None else (50 if dynamic else 200)
     a.weight_decay = a.weight_decay if a.weight_decay is not None else (0.0 if dynamic else 5e-4)
+    user, auto = is_user_model(a.model), a.exchange == "auto"
+    for ok, msg in [  # flags that would mean nothing here, refused rather than ignored
+        (a.heads is None or a.model == "gat" or user, f"--heads applies to --model gat (or your own model, as "
+                                                      f"config.heads), not {a.model}"),
+        (a.num_bases is None or a.model == "rgcn" or user, f"--num-bases applies to --model rgcn (or your own "
+                                                           f"model, as config.num_bases), not {a.model}"),
+        (a.staleness or auto or not stale_flags(a), "--stale-* shape the stale blocks of --staleness S: give "
+                                                    "--staleness too, or drop them"),
+        (a.skip_threshold or auto or a.refresh_every == 10, "--refresh-every applies with --skip-threshold"),
+        (a.codec == "adaptive" or auto or (a.adaptive_every, a.budget_bits) == (50, 4),
+         "--adaptive-every and --budget-bits apply to --codec adaptive"),
+    ]:
+        if not ok:
+            raise UsageError(msg)
+    a.heads = 8 if a.heads is None else a.heads
+    a.num_bases = 2 if a.num_bases is None else a.num_bases
     rules = [
         (a.window >= 1, f"--window must be >= 1, got {a.window}"),
         (a.snapshot_group >= 0, f"--snapshot-group must be >= 0 (0: automatic), got {a.snapshot_group}"),
