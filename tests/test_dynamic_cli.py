@@ -136,3 +136,14 @@ def test_dynamic_training_honours_schedules_and_checkpoints(tmp_path):
     records = [json.loads(x) for x in log.read_text().splitlines()]
     assert [rec["epoch"] for rec in records] == [0, 1, 2, 3, 4, 5]  # resumed after epoch 3
 
+
+
+def test_dynamic_dead_ends_are_said_at_start(tmp_path):
+    """Checkpoints that --resume would refuse, and a model file that predict would refuse: one note each."""
+    part = cli_partition(tmp_path, "dsbm:nodes=60,communities=2,snapshots=4,avg_degree=4,features=3,seed=2", 1)
+    r = run_cli("train", "--partition", str(part), "--model", "gcrn", "--window", "2", "--epochs", "2", "--quiet",
+                "--codec", "adaptive", "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "2",
+                "--save-model", str(tmp_path / "m.pt"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "note: this run's checkpoints cannot be resumed: --resume is refused on dynamic graphs" in r.stderr
+    assert "note: predict does not take snapshot partitions yet" in r.stderr

@@ -291,15 +291,21 @@ def dynamic_setup(args: argparse.Namespace, ctx, meta: dict):
     """Windows of snapshots with truncated backpropagation through time."""
     from gnn_dist.graph.dynamic import SnapshotSequence
     from gnn_dist.nn.registry import build
-    from gnn_dist.train.dynamic import DynamicTrainer
+    from gnn_dist.train.dynamic import RESUME_WITH_POLICY, DynamicTrainer
 
     seq = SnapshotSequence(args.partition, ctx, exchange_config(args), overlap=not args.no_overlap,
                            mode=args.plans, cache=not args.no_plan_cache, verify=not args.no_verify)
     out = 1 if seq.task == "regression" else seq.num_classes
     model = build(args.model, seq.num_features, out, model_config(args))
+    if ctx.is_main:  # flags that work but lead nowhere later: said now, not found out then
+        if args.checkpoint_every and (args.codec == "adaptive" or args.staleness or args.skip_threshold):
+            sys.stderr.write(f"[gnn-dist] note: this run's checkpoints cannot be resumed: {RESUME_WITH_POLICY}\n")
+        if args.save_model:
+            sys.stderr.write("[gnn-dist] note: predict does not take snapshot partitions yet; the --save-model file "
+                             "holds the weights as data (torch.load(F, weights_only=True)['state'], docs/training.md)\n")
 
     def summary(final: dict) -> str:
-        parts = [f"final epoch {final.get('epoch')}: loss {final.get('loss', float('nan')):.4f}"]
+        parts = [f"final epoch {final.get('epoch')}" + (f": loss {final['loss']:.4f}" if "loss" in final else "")]
         parts += [f"{k.replace('_', ' ')} {v:.4f}" for k, v in final.items() if k.startswith(("train_", "test_"))]
         return " | ".join(parts + [f"plan time {seq.plan_seconds:.2f}s"])
 
