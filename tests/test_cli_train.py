@@ -53,6 +53,17 @@ def test_unknown_model(karate2):
 
 
 @pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
+def test_node_classification_without_labels_says_so(tmp_path):
+    """An edge list has no labels: the one line says so and points to link prediction (no torch warning first)."""
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n2 3\n3 0\n0 2\n")
+    part = tmp_path / "p"
+    assert run_cli("partition", "--dataset", f"edges:{tmp_path / 'e.txt'}", "--parts", "1", "--out",
+                   str(part)).returncode == 0
+    _one_line(run_cli("train", "--partition", str(part), "--epochs", "1"),
+              "has no node labels (its data set gave none, as an edge list does): node classification cannot "
+              "train; use --task link")
+
+
 def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
     """Every rank finds the empty train mask alike: the one line (once per rank, at most), exit 2, no abort."""
     import numpy as np

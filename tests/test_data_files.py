@@ -162,3 +162,10 @@ def test_every_form_is_listed_and_documented():
         assert form in r.stdout
         prefix = form.split("<")[0].split("[")[0].split("key=")[0]
         assert f"`{prefix}" in docs, f"docs/datasets.md does not describe {form}"
+
+
+def test_an_unknown_networkx_generator_lists_the_ones_it_loads():
+    with pytest.raises(DataError, match="no graph generator 'nonexistent'; ones that take no arguments: "
+                                        "karate_club_graph, .*les_miserables_graph, .*petersen_graph"):
+        load_dataset("nx:nonexistent")
+    assert load_dataset("nx:petersen_graph").num_nodes == 10

@@ -248,6 +248,9 @@ def check_partition_kind(args: argparse.Namespace, meta: dict) -> str:
         if getattr(args, flag) != default and kind not in kinds:
             raise UsageError(f"--{flag.replace('_', '-')} applies to {' and '.join(kinds)} graphs; "
                              f"{args.partition} holds a {kind} graph")
+    if kind == "static" and args.task == "node" and meta.get("num_classes", 1) == 0:
+        raise UsageError(f"{args.partition} has no node labels (its data set gave none, as an edge list does): node "
+                         f"classification cannot train; use --task link (partition with --link-split)")
     if dynamic and args.window > meta["num_train_snapshots"]:
         raise UsageError(f"--window {args.window} is longer than the {meta['num_train_snapshots']} training "
                          f"snapshots of {args.partition}")

@@ -59,13 +59,32 @@ def load_karate(seed: int = 0) -> Graph:
     return g
 
 
+def networkx_classics() -> list[str]:
+    """networkx's social and small named graphs whose generators take no arguments (what `nx:NAME` loads)."""
+    import inspect
+
+    import networkx as nx
+
+    names = []
+    for module in (nx.generators.social, nx.generators.small):
+        for name in getattr(module, "__all__", []):
+            try:
+                params = inspect.signature(getattr(module, name)).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            if all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+                names.append(name)
+    return names
+
+
 def load_networkx(name: str, seed: int = 0) -> Graph:
     """A networkx classic graph by generator name; labels are its greedy-modularity communities."""
     import networkx as nx
 
     gen = getattr(nx, name, None) or getattr(nx.generators, name, None)
     if gen is None or not callable(gen):
-        raise DataError(f"networkx has no graph generator '{name}'")
+        raise DataError(f"networkx has no graph generator '{name}'; ones that take no arguments: "
+                        f"{', '.join(networkx_classics())}")
     try:
         g = gen()
     except TypeError:
