@@ -43,7 +43,8 @@ class SnapshotSequence:
         if "num_snapshots" not in meta:
             raise PartitionFormatError(f"{path} holds a static graph; dynamic models need a partition of snapshots")
         if meta["num_parts"] != ctx.world_size:
-            raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts")
+            raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts "
+                              f"(run mpiexec -n {meta['num_parts']})")
         self.meta, self.ctx, self.mode, self.cache, self.overlap = meta, ctx, mode, cache, overlap
         self.config = (exchange or ExchangeConfig()).validate()
         # adaptive bits, staleness and skipping keep per-channel state in each snapshot's (and group's) exchange

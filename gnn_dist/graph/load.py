@@ -17,7 +17,8 @@ def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, ver
                    exchange: ExchangeConfig | None = None) -> LocalPart:
     meta = read_meta(path)
     if meta["num_parts"] != ctx.world_size:
-        raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts")
+        raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts "
+                          f"(run mpiexec -n {meta['num_parts']})")
     plan = read_part(path, ctx.rank, meta, verify=verify)
     book = PartitionBook(path, meta, verify)
     book.adopt(ctx.rank, plan.global_ids, plan.num_inner)  # one id map: the book holds this part's rows
