@@ -174,9 +174,9 @@ def test_a_candidate_that_leaves_a_part_empty_is_left_out():
 @pytest.mark.slow  # seconds of subprocess start-up: the full suite runs it, the fast subset has others of its kind
 def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
     r = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "4", "--out",
-                str(tmp_path / "p"))
+                str(tmp_path / "p"), "--verbose")
     assert r.returncode == 0, r.stderr
-    assert "busiest rank" in r.stdout and "bottleneck" in r.stdout
+    assert "busiest rank" in r.stdout and "bottleneck" in r.stdout and "rank  compute s" in r.stdout
     assert "the shipped default profile" in r.stderr and "predicted epoch by candidate" in r.stderr
     assert "chose volume" in r.stderr  # METIS's volume objective is a candidate of the default (here the winner)...
     meta = json.loads((tmp_path / "p" / "partition.json").read_text())
@@ -184,6 +184,8 @@ def test_partition_prints_the_busiest_rank_and_refuses_a_bad_profile(tmp_path):
     cut = run_cli("partition", "--dataset", "rmat:scale=11,edges=30000,seed=2", "--parts", "4", "--objective", "cut",
                   "--out", str(tmp_path / "c"))
     assert cut.returncode == 0 and "volume" not in cut.stderr, cut.stderr  # ...unless an objective is asked for
+    assert "busiest rank" in cut.stdout and "rank  compute s" not in cut.stdout + cut.stderr  # the table: --verbose
+    assert "shipped default profile" not in cut.stderr
     one_error_line(run_cli("partition", "--dataset", "karate", "--parts", "2", "--method", "random", "--objective",
                            "cut", "--out", str(tmp_path / "r")), "applies to --method metis and mtkahypar")
     typed = run_cli("partition", "--dataset", "hsbm:papers=300,authors=200", "--parts", "2", "--out", str(tmp_path / "t"))

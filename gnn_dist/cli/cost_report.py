@@ -81,8 +81,9 @@ def say_machine(args: argparse.Namespace, graph) -> None:
             log("note: --machine is not used: the cost model prices plain graphs, not typed or dynamic ones")
         return
     profile = args.machine_profile
-    log(f"cost model: {profile.describe()}" + (f" (from {args.machine})" if args.machine else
-                                                " (the shipped default profile)"))
+    if getattr(args, "verbose", True):
+        log(f"cost model: {profile.describe()}" + (f" (from {args.machine})" if args.machine else
+                                                    " (the shipped default profile)"))
     measured_among = profile.epoch_fixed_ranks if profile.epoch_fixed_s else 0
     if measured_among and measured_among != args.parts:  # the fixed epoch grows with the ranks sharing a host
         log(f"note: the profile's fixed epoch was measured among {measured_among} ranks, not {args.parts}: "
@@ -119,7 +120,7 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
     choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile, others)
     log("cost model: predicted epoch by candidate: "
         + ", ".join(f"{k} {v:.4f} s" for k, v in choice.considered.items())
-        + f"; chose {choice.name} (--balance nodes keeps node counts only)")
+        + f"; chose {choice.name}, the fastest predicted (--balance nodes would balance node counts alone)")
     args.cost_choice = choice.name
     if choice.name.startswith("volume"):
         kwargs["objective"] = "vol"  # partition.json's objective is the one that made the partition written
@@ -147,4 +148,4 @@ def predicted(args: argparse.Namespace, graph, written: dict) -> str:
     pred = predict(parts_from_meta(written), workload(args, graph), args.machine_profile)
     text = (f"cost model (GCN, hidden {args.hidden}, {args.layers} layers, machine "
             f"'{args.machine_profile.name}'): {pred.summary()}")
-    return text + ("\n" + format_ranks(pred) if args.parts <= 32 else "")
+    return text + ("\n" + format_ranks(pred) if args.parts <= 32 and getattr(args, "verbose", True) else "")

@@ -64,6 +64,8 @@ def add_parser(sub) -> None:
                    help="mtkahypar: its faster default preset, whose threads race, so the same command and --seed "
                         "may give a different partition each run (default: the deterministic preset, same "
                         "partition bit for bit on any thread count)")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print the machine profile the cost model prices with, and its per-rank predictions")
     progress.add_flag(p)
     p.set_defaults(run=run)
 
