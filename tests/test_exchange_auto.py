@@ -19,6 +19,8 @@ def test_fast_links_keep_exact_and_slow_links_pick_a_cheaper_wire():
     slow = {"fp32": (0.20, 0.20), "int4": (0.03, 0.03)}  # 1 Gbit/s-like: fp32 halo rows cost more than compute
     best, why = advice.pick(compute=0.15, comm=slow)
     assert best.name == "adaptive" and "x exact's speed to accuracy" in why
+    tiny = {"fp32": (0.000123, 0.000124), "int4": (2.1e-05, 2.2e-05)}  # Cora: microseconds, not 0.000
+    assert "fp32 0.000123 + 0.000124 s, int4 2.1e-05 + 2.2e-05 s" in advice.pick(compute=0.0042, comm=tiny)[1]
 
 
 def test_stale_forward_rows_cost_only_what_compute_does_not_hide():

@@ -151,13 +151,14 @@ def adopt(ex, state: dict) -> str | None:
 
 def pick(compute: float, comm: dict, candidates=MEASURED) -> tuple[Candidate, str]:
     """The candidate of least predicted time to accuracy and one line why; exact unless another is predicted
-    at least `WIN` times sooner (the prediction leaves out encoding and the runtime's overheads)."""
+    at least `WIN` times sooner (the prediction leaves out encoding and the runtime's overheads). Seconds are
+    given to three significant digits: a small graph's wire times are microseconds, not 0.000."""
     scored = [(predict(compute, comm, c), c) for c in candidates]
     exact = next(p for p, c in scored if c.name == "exact")
     (epoch, tta), best = min(scored, key=lambda s: s[0][1] / (1.0 if s[1].name == "exact" else WIN))
-    others = ", ".join(f"{c.name} {p[0]:.3f} s x {c.epochs:g}" for p, c in scored if c is not best)
-    why = (f"--exchange auto: {best.name} (predicted {epoch:.3f} s/epoch x {best.epochs:g} of exact's epochs to "
-           f"the target: {exact[1] / tta:.2f}x exact's speed to accuracy; compute {compute:.3f} s/epoch, "
-           f"wire (forward + backward) {', '.join(f'{w} {f:.3f} + {b:.3f} s' for w, (f, b) in comm.items())}; "
+    others = ", ".join(f"{c.name} {p[0]:.3g} s x {c.epochs:g}" for p, c in scored if c is not best)
+    why = (f"--exchange auto: {best.name} (predicted {epoch:.3g} s/epoch x {best.epochs:g} of exact's epochs to "
+           f"the target: {exact[1] / tta:.2f}x exact's speed to accuracy; compute {compute:.3g} s/epoch, "
+           f"wire (forward + backward) {', '.join(f'{w} {f:.3g} + {b:.3g} s' for w, (f, b) in comm.items())}; "
            f"others: {others})")
     return best, why
