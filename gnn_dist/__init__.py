@@ -9,8 +9,26 @@
 Layers subclass `gd.nn.MessagePassing`; `dir(gd)` and `dir(gd.nn)` list the public API.
 """
 import importlib
+import importlib.util
+from pathlib import Path
 
 __version__ = "0.1.0"
+
+
+def _check_partitioner() -> None:
+    """gnn-dist's torch-free partitioner is the top-level package `partition`, installed beside this one. Another
+    package of that name earlier on the path (a folder in the working directory, another distribution) would be
+    imported instead and fail far from the cause: found here, at import, in one line."""
+    ours = Path(__file__).resolve().parent.parent / "partition"
+    spec = importlib.util.find_spec("partition")
+    found = Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
+    if found != ours:
+        raise ImportError(f"gnn-dist's partitioner is the package 'partition' at {ours}, but 'partition' is "
+                          f"{found or 'not importable'}: another package of that name shadows it (rename or "
+                          f"uninstall it, or run from another folder)")
+
+
+_check_partitioner()
 # Loaded on first use, so the partitioning commands (numpy, scipy, pymetis) never import torch.
 _EXPORTS = {
     "LocalGraph": "gnn_dist.graph.local", "DistContext": "gnn_dist.runtime.launch", "init": "gnn_dist.runtime.launch",
