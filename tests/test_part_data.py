@@ -46,3 +46,4 @@ def test_part_fields_assign_and_copies_own_their_data():
     twin.x = twin.x + 1  # a copy's features are its own, as when they were the graph's own field
     assert not torch.equal(twin.x, part.x) and part.is_input(part.x) and not part.is_input(twin.x)
     assert twin.indptr is part.indptr  # the topology is shared
+

@@ -8,30 +8,34 @@ from torch import nn
 from gnn_dist.nn.models import GNN
 
 
+def pyg_conv(conv: nn.Module) -> nn.Module:
+    """The torch_geometric conv of the same kind and shape as a built-in conv (gd.nn.GCNConv, SAGEConv, GINConv,
+    GATConv), weights not copied: its parameter names are the built-in's, so its state dict loads."""
+    from torch_geometric import nn as pyg
+
+    from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
+
+    if isinstance(conv, GCNConv):
+        return pyg.GCNConv(conv.in_channels, conv.out_channels, bias=conv.bias is not None)
+    if isinstance(conv, SAGEConv):
+        return pyg.SAGEConv(conv.in_channels, conv.out_channels, aggr="mean")
+    if isinstance(conv, GINConv):
+        mlp = nn.Sequential(*[type(m)(m.in_features, m.out_features) if isinstance(m, nn.Linear) else type(m)()
+                              for m in conv.nn])
+        return pyg.GINConv(mlp, train_eps=isinstance(conv.eps, nn.Parameter))
+    if isinstance(conv, GATConv):
+        return pyg.GATConv(conv.lin.in_features, conv.out_channels, heads=conv.heads, concat=conv.concat,
+                           negative_slope=conv.negative_slope, dropout=conv.dropout, bias=conv.bias is not None)
+    raise TypeError(f"to_pyg exports gd.nn.GCNConv, SAGEConv, GINConv and GATConv, not {type(conv).__name__}")
+
+
 class PyGNN(nn.Module):
     """The PyG twin of `GNN`: same structure, torch_geometric convs, forward(x, edge_index)."""
 
     def __init__(self, model: GNN):
         super().__init__()
-        from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
-
         self.dropout = model.dropout
-        self.convs = nn.ModuleList()
-        for conv in model.convs:
-            if model.kind == "gcn":
-                c = GCNConv(conv.in_channels, conv.out_channels)
-            elif model.kind == "sage":
-                c = SAGEConv(conv.in_channels, conv.out_channels, aggr="mean")
-            elif model.kind == "gin":
-                mlp = nn.Sequential(*[type(m)(m.in_features, m.out_features) if isinstance(m, nn.Linear) else type(m)()
-                                      for m in conv.nn])
-                c = GINConv(mlp, train_eps=isinstance(conv.eps, nn.Parameter))
-            elif model.kind == "gat":
-                c = GATConv(conv.lin.in_features, conv.out_channels, heads=conv.heads, concat=conv.concat,
-                            negative_slope=conv.negative_slope, dropout=conv.dropout)
-            else:
-                raise ValueError(f"no PyG export for model kind '{model.kind}'")
-            self.convs.append(c)
+        self.convs = nn.ModuleList(pyg_conv(conv) for conv in model.convs)
         self.load_state_dict(model.state_dict())
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -44,12 +48,21 @@ class PyGNN(nn.Module):
         return x
 
 
-def to_pyg(model: GNN) -> PyGNN:
-    """The PyG twin of a built-in static model (the registry's static names); typed and dynamic models have
+def to_pyg(model: nn.Module) -> nn.Module:
+    """The PyG twin, same weights, for one process: of a built-in static model (the registry's static names), or
+    of one built-in conv (`gd.nn.GCNConv(...)` -> torch_geometric's GCNConv). Typed and dynamic models have
     theirs in `gnn_dist.nn.typed.PyGTypedGNN` and `gnn_dist.nn.dynamic.to_pyg_dynamic`."""
     from gnn_dist.nn.registry import names
 
-    if not isinstance(model, GNN) or model.kind not in names("static"):
-        raise TypeError(f"to_pyg exports the built-in static models ({', '.join(names('static'))}), "
-                        f"not {type(model).__name__}")
-    return PyGNN(model)
+    if isinstance(model, GNN):
+        if model.kind not in names("static"):
+            raise TypeError(f"to_pyg exports the built-in static models ({', '.join(names('static'))}), "
+                            f"not {model.kind}")
+        return PyGNN(model)
+    try:
+        twin = pyg_conv(model)
+    except TypeError:
+        raise TypeError(f"to_pyg exports the built-in static models ({', '.join(names('static'))}) and convs "
+                        f"(gd.nn.GCNConv, SAGEConv, GINConv, GATConv), not {type(model).__name__}") from None
+    twin.load_state_dict(model.state_dict())
+    return twin.train(model.training)
