@@ -157,4 +157,4 @@ def test_a_stopped_rank_is_not_lost(cora4, tmp_path):
         pass
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-2000:]
-    assert "final epoch 99" in out and not errors_in(log), err[-2000:]
+    assert "final epoch 100/100" in out and not errors_in(log), err[-2000:]

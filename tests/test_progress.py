@@ -66,6 +66,6 @@ def test_mpiexec_through_a_pipe_prints_plain_lines(tmp_path):
     lines = said(r.stdout)  # and rank 0's line on threads, before the first
     progress = [ln for ln in lines if ln.startswith("train: ")]
     assert [ln.split()[1] for ln in progress] == [f"{k}/40" for k in range(4, 41, 4)], r.stdout
-    final = [ln for ln in lines if ln.startswith("final epoch 39: loss ")]
+    final = [ln for ln in lines if ln.startswith("final epoch 40/40: loss ")]
     assert len(final) == 1 and re.search(r"\| test acc \d\.\d{4}$", final[0]), r.stdout
     assert len(lines) == len(progress) + len(final), r.stdout  # nothing else, and nothing glued together

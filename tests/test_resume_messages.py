@@ -17,7 +17,7 @@ def test_resume_says_what_it_did(tmp_path):
     assert f"no checkpoint in {ck}: starting from epoch 0" in r.stderr
     r = train(4)  # finished: nothing to train, the checkpoint's metrics
     assert r.returncode == 0, r.stderr
-    assert "already at epoch 4 of 4" in r.stderr and "final epoch 3: train acc" in r.stdout
+    assert "already at epoch 4 of 4" in r.stderr and "final epoch 4/4: train acc" in r.stdout
     assert "nan" not in r.stdout + r.stderr and "None" not in r.stdout + r.stderr
     log.unlink()
     r = train(6)

@@ -279,13 +279,13 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
         from gnn_dist.train.link import LinkTrainer
 
         return model, lambda: LinkTrainer(model, graph, ctx, args.partition, **loop_options(args)), lambda f: (
-            f"final epoch {f.get('epoch')}: {loss(f)}val auc {f['val_auc']:.4f} | test auc {f['test_auc']:.4f}"
+            f"final {counted(f, args.epochs)}: {loss(f)}val auc {f['val_auc']:.4f} | test auc {f['test_auc']:.4f}"
             + best(f))
     from gnn_dist.train.node import Trainer
 
     first = cost_report.prediction(args, ctx, meta, graph.num_classes)  # the cost model's, in the first record
     return model, lambda: Trainer(model, graph, ctx, meta.get("metric"), **loop_options(args), log_first=first), lambda f: (
-        f"final epoch {f.get('epoch')}: {loss(f)}"
+        f"final {counted(f, args.epochs)}: {loss(f)}"
         + " | ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in f.items() if k.endswith(("_acc", "_f1", "_rocauc")))
         + best(f))
 
@@ -308,12 +308,18 @@ def dynamic_setup(args: argparse.Namespace, ctx, meta: dict):
                              "holds the weights as data (torch.load(F, weights_only=True)['state'], docs/training.md)\n")
 
     def summary(final: dict) -> str:
-        parts = [f"final epoch {final.get('epoch')}" + (f": loss {final['loss']:.4f}" if "loss" in final else "")]
+        parts = [f"final {counted(final, args.epochs)}" + (f": loss {final['loss']:.4f}" if "loss" in final else "")]
         parts += [f"{k.replace('_', ' ')} {v:.4f}" for k, v in final.items() if k.startswith(("train_", "test_"))]
         return " | ".join(parts + [f"plan time {seq.plan_seconds:.2f}s"])
 
     return model, lambda: DynamicTrainer(model, seq, ctx, window=args.window, snapshot_group=args.snapshot_group,
                                                 **loop_options(args)), summary
+
+
+def counted(record: dict, epochs: int) -> str:
+    """'epoch 200/200': epochs done, as the progress bar counts them (the log's `epoch` field counts from 0)."""
+    e = record.get("epoch")
+    return f"epoch {e + 1}/{epochs}" if isinstance(e, int) else f"epoch -/{epochs}"
 
 
 def load_graph(args: argparse.Namespace, ctx, meta: dict, exchange=None, verify: bool = True):

@@ -150,7 +150,7 @@ class Loop:
                 record["eval_time"] = time.perf_counter() - t0
             record["lr"] = self.opt.param_groups[0]["lr"]
             self._log(record)
-            bar.set_postfix(loss=f"{loss:.4f}", s=f"{dt:.3f}",
+            bar.set_postfix(loss=f"{loss:.4f}", epoch_s=f"{dt:.3f}",
                             **{self.task.monitor: f"{record[self.task.monitor]:.3f}"} if self.task.monitor in record else {})
             bar.update()
             stop = self.keep_best and self.task.monitor in record and self._track_best(epoch, record)
