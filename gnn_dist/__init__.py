@@ -21,7 +21,9 @@ def _check_partitioner() -> None:
     imported instead and fail far from the cause: found here, at import, in one line."""
     ours = Path(__file__).resolve().parent.parent / "partition"
     spec = importlib.util.find_spec("partition")
-    found = Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
+    where = None if spec is None else spec.origin and Path(spec.origin).parent or next(
+        iter(spec.submodule_search_locations or []), None)  # a folder without __init__.py has no origin
+    found = Path(where).resolve() if where else None
     if found != ours:
         raise ImportError(f"gnn-dist's partitioner is the package 'partition' at {ours}, but 'partition' is "
                           f"{found or 'not importable'}: another package of that name shadows it (rename or "

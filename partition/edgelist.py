@@ -61,7 +61,7 @@ def _text_layout(f: Path) -> tuple[str | None, int] | None:
     with open_text(f) as fh:
         lines, first = [], 0  # first: the raw line number of the first line that is not a comment or blank
         for i, ln in enumerate(fh):
-            if ln.strip() and not ln.startswith(("#", "%")):
+            if ln.strip() and not ln.lstrip().startswith(("#", "%")):
                 first = i if not lines else first
                 lines.append(ln)
                 if len(lines) == SAMPLE_LINES:

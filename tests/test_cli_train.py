@@ -170,7 +170,7 @@ def test_early_stop_keeps_the_best_weights_and_schedules_the_lr(karate2, tmp_pat
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     records = [json.loads(x) for x in log.read_text().splitlines()]
-    assert len(records) < 300 and "early stop at epoch" in r.stderr and "weights of best epoch" in r.stdout
+    assert len(records) < 300 and "early stop after epoch" in r.stderr and "weights of best epoch" in r.stdout
     assert records[3]["lr"] == 0.01 * 0.5 ** 2  # halved every 2 epochs
     assert (ck / "best.pt").is_file() and (tmp_path / "curves.png").stat().st_size > 10_000
     import torch

@@ -67,7 +67,7 @@ def test_link_task_honours_checkpoints_schedules_and_early_stop(tmp_path):
                 "--checkpoint-every", "2")
     assert r.returncode == 0, r.stderr[-2000:]
     records = [json.loads(x) for x in log.read_text().splitlines()]
-    assert len(records) < 200 and "early stop at epoch" in r.stderr and "weights of best epoch" in r.stdout
+    assert len(records) < 200 and "early stop after epoch" in r.stderr and "weights of best epoch" in r.stdout
     assert records[1]["lr"] < records[0]["lr"] < 0.01 and all("val_auc" in rec for rec in records)
     assert (ck / "checkpoint.pt").is_file() and (ck / "best.pt").is_file()
 

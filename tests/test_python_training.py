@@ -24,7 +24,7 @@ def test_the_python_training_block_runs(tmp_path):
     (tmp_path / "train.py").write_text(code)
     r = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert re.search(r"epoch 2: test accuracy [01]\.\d{4}", r.stdout), r.stdout
+    assert re.search(r"3 epochs: test accuracy [01]\.\d{4}", r.stdout), r.stdout
     assert (tmp_path / "weights.pt").is_file() and (tmp_path / "ck" / "checkpoint.pt").is_file()
     again = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "already at epoch 3 of 3" in again.stderr, again.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""`--resume` says what it did: no checkpoint, resumed from epoch N, or a finished run's metrics (one rank)."""
+"""`--resume` says what it did: no checkpoint, resumed after epoch N, or a finished run's metrics (one rank)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,7 @@ def test_resume_says_what_it_did(tmp_path):
     log.unlink()
     r = train(6)
     assert r.returncode == 0, r.stderr
-    assert f"resumed from epoch 3 ({ck / 'checkpoint.pt'}): training goes on at epoch 4" in r.stderr
+    assert f"resumed from {ck / 'checkpoint.pt'}, written after epoch 4 (counted from 1)" in r.stderr
     assert [json.loads(x)["epoch"] for x in log.read_text().splitlines() if '"loss"' in x] == [4, 5]
 
 
@@ -33,6 +33,9 @@ def test_a_resume_with_other_model_flags_names_them(tmp_path):
                                    "--checkpoint-every", "2", "--resume", "--progress", "none", *flags)
     assert train("--hidden", "8").returncode == 0
     r = train("--hidden", "12", "--epochs", "4")
-    assert r.returncode == 2 and "trained with other model flags (--hidden 8 there, 12 here)" in r.stderr, r.stderr
+    assert r.returncode == 2 and "trained with other model flags (--hidden 8 there, 12 here): size mismatch" \
+        in r.stderr, r.stderr
+    r = train("--hidden", "12", "--epochs", "4", "--dropout", "0.2")  # only the shaping flag is blamed
+    assert r.returncode == 2 and "(--hidden 8 there, 12 here)" in r.stderr and "dropout" not in r.stderr, r.stderr
     r = train("--hidden", "8", "--epochs", "4", "--dropout", "0.2")  # fits: used, and said
     assert r.returncode == 0 and "--dropout 0.5 there, 0.2 here); its weights fit and are used" in r.stderr, r.stderr

@@ -120,7 +120,8 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
     choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile, others)
     log("cost model: predicted epoch by candidate: "
         + ", ".join(f"{k} {v:.4f} s" for k, v in choice.considered.items())
-        + f"; chose {choice.name}, the fastest predicted (--balance nodes would balance node counts alone)")
+        + f"; chose {choice.name} (node counts stay unless another is predicted at least 2% faster; "
+          f"--balance nodes keeps them always)")
     args.cost_choice = choice.name
     if choice.name.startswith("volume"):
         kwargs["objective"] = "vol"  # partition.json's objective is the one that made the partition written

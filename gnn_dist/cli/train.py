@@ -112,7 +112,7 @@ def check_args(a: argparse.Namespace) -> None:
                                                            f"model, as config.num_bases), not {a.model}"),
         (a.staleness or auto or not stale_flags(a), "--stale-* shape the stale blocks of --staleness S: give "
                                                     "--staleness too, or drop them"),
-        (a.skip_threshold or auto or a.refresh_every == 10, "--refresh-every applies with --skip-threshold"),
+        (a.skip_threshold or a.refresh_every == 10, "--refresh-every applies with --skip-threshold"),
         (a.codec == "adaptive" or auto or (a.adaptive_every, a.budget_bits) == (50, 4),
          "--adaptive-every and --budget-bits apply to --codec adaptive"),
     ]:
@@ -236,7 +236,7 @@ KIND_FLAGS = {"window": (8, ("dynamic",)), "snapshot_group": (0, ("dynamic",)), 
 
 def check_partition_kind(args: argparse.Namespace, meta: dict) -> str:
     """static, typed or dynamic; refuses a model or flag that does not apply to that kind of graph."""
-    from gnn_dist.nn.registry import graph_kind, names
+    from gnn_dist.nn.registry import graph_kind, is_user_model, names
 
     dynamic, typed = "num_snapshots" in meta, meta.get("format_version") == 2
     kind = "dynamic" if dynamic else "typed" if typed else "static"
@@ -245,6 +245,8 @@ def check_partition_kind(args: argparse.Namespace, meta: dict) -> str:
         raise UsageError(f"{args.partition} holds {what[kind]}; --model {args.model} does not apply "
                          f"(use {', '.join(names(kind))}{'' if dynamic else ', or your own MODULE:FUNCTION'})")
     for flag, (default, kinds) in KIND_FLAGS.items():
+        if flag == "num_bases" and is_user_model(args.model):  # your own model takes it in its config
+            continue
         if getattr(args, flag) != default and kind not in kinds:
             raise UsageError(f"--{flag.replace('_', '-')} applies to {' and '.join(kinds)} graphs; "
                              f"{args.partition} holds a {kind} graph")
@@ -273,7 +275,7 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
     model = build_user_or_builtin(args, ctx, graph, meta, width)
     if args.exchange == "auto":
         auto_exchange(args, ctx, graph, width)
-    best = lambda f: f" (weights of best epoch {f['best_epoch']})" if "best_epoch" in f else ""  # noqa: E731
+    best = lambda f: f" (weights of best epoch {f['best_epoch'] + 1})" if "best_epoch" in f else ""  # noqa: E731
     loss = lambda f: f"loss {f['loss']:.4f} | " if "loss" in f else ""  # noqa: E731  (none: nothing was trained)
     if args.task == "link":
         from gnn_dist.train.link import LinkTrainer

@@ -1,6 +1,8 @@
 """Export a gnn-dist model to plain PyG layers with the same weights, for inference on one machine."""
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,10 +21,8 @@ def pyg_conv(conv: nn.Module) -> nn.Module:
         return pyg.GCNConv(conv.in_channels, conv.out_channels, bias=conv.bias is not None)
     if isinstance(conv, SAGEConv):
         return pyg.SAGEConv(conv.in_channels, conv.out_channels, aggr="mean")
-    if isinstance(conv, GINConv):
-        mlp = nn.Sequential(*[type(m)(m.in_features, m.out_features) if isinstance(m, nn.Linear) else type(m)()
-                              for m in conv.nn])
-        return pyg.GINConv(mlp, train_eps=isinstance(conv.eps, nn.Parameter))
+    if isinstance(conv, GINConv):  # the MLP as it is (its weights are loaded again with the conv's)
+        return pyg.GINConv(copy.deepcopy(conv.nn), train_eps=isinstance(conv.eps, nn.Parameter))
     if isinstance(conv, GATConv):
         return pyg.GATConv(conv.lin.in_features, conv.out_channels, heads=conv.heads, concat=conv.concat,
                            negative_slope=conv.negative_slope, dropout=conv.dropout, bias=conv.bias is not None)
@@ -59,10 +59,11 @@ def to_pyg(model: nn.Module) -> nn.Module:
             raise TypeError(f"to_pyg exports the built-in static models ({', '.join(names('static'))}), "
                             f"not {model.kind}")
         return PyGNN(model)
-    try:
-        twin = pyg_conv(model)
-    except TypeError:
+    from gnn_dist.nn.conv import GATConv, GCNConv, GINConv, SAGEConv
+
+    if not isinstance(model, (GCNConv, SAGEConv, GINConv, GATConv)):
         raise TypeError(f"to_pyg exports the built-in static models ({', '.join(names('static'))}) and convs "
-                        f"(gd.nn.GCNConv, SAGEConv, GINConv, GATConv), not {type(model).__name__}") from None
+                        f"(gd.nn.GCNConv, SAGEConv, GINConv, GATConv), not {type(model).__name__}")
+    twin = pyg_conv(model)
     twin.load_state_dict(model.state_dict())
     return twin.train(model.training)

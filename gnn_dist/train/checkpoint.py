@@ -130,31 +130,38 @@ def own_model_state(model: torch.nn.Module, state: dict) -> dict:
     return state
 
 
-def spec_differences(saved: dict | None, now: dict | None) -> str:
-    """The model flags that differ between a checkpoint's run and this one, as the user typed them
-    ("--hidden 16 there, 32 here"); empty if none differ or either run recorded none (older checkpoints)."""
+# the model flags that shape the weights (dropout and feature normalisation do not)
+SHAPING_FLAGS = ("name", "hidden", "layers", "heads", "num_bases", "task", "embedding_dim")
+
+
+def spec_differences(saved: dict | None, now: dict | None, keys=None) -> str:
+    """The model flags (of `keys`, default all) that differ between a checkpoint's run and this one, as the user
+    typed them ("--hidden 16 there, 32 here"); empty if none differ or either run recorded none (older files)."""
     if not saved or not now:
         return ""
     flag = lambda k: "--model" if k == "name" else "--" + k.replace("_", "-")  # noqa: E731
-    return ", ".join(f"{flag(k)} {saved.get(k)} there, {now.get(k)} here" for k in now if saved.get(k) != now.get(k))
+    return ", ".join(f"{flag(k)} {saved.get(k)} there, {now.get(k)} here" for k in now
+                     if (keys is None or k in keys) and saved.get(k) != now.get(k))
 
 
-def load_model_state(model: torch.nn.Module, state: dict, source: str = "the saved state", differences: str = "",
-                     say=None) -> None:
+def load_model_state(model: torch.nn.Module, state: dict, source: str = "the saved state", saved_spec: dict | None = None,
+                     spec: dict | None = None, say=None) -> None:
     """Load a state dict whose rank-local tables are whole: this rank takes its own rows.
 
     A state that does not fit (another model, other flags that shape it, another graph's widths) is
-    the user's file or flags, not the code: one line (UsageError) naming `source` and the model flags that
-    differ (`differences`, from `spec_differences`), else torch's first mismatch. A state that fits although
-    flags differ (dropout, say) is loaded, and `say` told which.
+    the user's file or flags, not the code: one line (UsageError) naming `source`, the weight-shaping model
+    flags that differ between `saved_spec` and `spec` (the file's and this run's), and torch's first
+    mismatch. A state that fits although flags differ (dropout, say) is loaded, and `say` told which.
     """
     try:
         model.load_state_dict(own_model_state(model, state))
     except RuntimeError as e:  # torch's "Error(s) in loading state_dict for GNN:", then one line per mismatch
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        why = f"it was trained with other model flags ({differences})" if differences else \
-            (lines[1:] or lines or ["?"])[0][:300]
+        first = (lines[1:] or lines or ["?"])[0][:300]
+        shaping = spec_differences(saved_spec, spec, SHAPING_FLAGS)
+        why = f"it was trained with other model flags ({shaping}): {first}" if shaping else first
         raise UsageError(f"{source} does not fit this model: {why}") from None
+    differences = spec_differences(saved_spec, spec)
     if differences and say is not None:
         say(f"{source} was trained with other model flags ({differences}); its weights fit and are used")
 

@@ -158,8 +158,9 @@ class Loop:
                 self.save_checkpoint(epoch)  # after this epoch's best weights and patience are counted
             if stop:
                 bar.close()  # its last line first, then why it stopped
-                self._say(f"early stop at epoch {epoch}: {self.task.monitor} has not improved for {self.early_stop} "
-                          f"evaluations (best {self.best['value']:.4f} at epoch {self.best['epoch']})")
+                self._say(f"early stop after epoch {epoch + 1}: {self.task.monitor} has not improved for "
+                          f"{self.early_stop} evaluations (best {self.best['value']:.4f} after epoch "
+                          f"{self.best['epoch'] + 1})")
                 break
         bar.close()
         self.task.finish()
@@ -227,8 +228,8 @@ class Loop:
             self._say(f"no checkpoint in {self.ckpt.parent if self.ckpt else 'the checkpoint folder'}: "
                       f"starting from epoch 0")
             return 0
-        checkpoint.load_model_state(self.model, state["model"], f"checkpoint {self.ckpt}",
-                                    checkpoint.spec_differences(state.get("model_spec"), self.model_spec), self._say)
+        checkpoint.load_model_state(self.model, state["model"], f"checkpoint {self.ckpt}", state.get("model_spec"),
+                                    self.model_spec, self._say)
         checkpoint.load_optimizer_state(self.opt, state["optimizer"], f"checkpoint {self.ckpt}")
         if self.sched is not None and state.get("schedule"):
             self.sched.load_state_dict(state["schedule"])
@@ -238,8 +239,7 @@ class Loop:
             self.best = {"value": best["value"], "epoch": best["epoch"], "stale": best["stale"],
                          "model": checkpoint.own_model_state(self.model, best["state"])}
         if not self._resume_exchange(state, mine):
-            self._say(f"resumed from epoch {state['epoch']} ({self.ckpt}): training goes on at epoch "
-                      f"{int(state['epoch']) + 1}")
+            self._say(f"resumed from {self.ckpt}, written after epoch {int(state['epoch']) + 1} (counted from 1)")
         return int(state["epoch"]) + 1
 
     def _resume_exchange(self, state: dict, mine: dict | None) -> bool:
