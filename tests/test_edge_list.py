@@ -40,7 +40,8 @@ def test_bad_chunks(tmp_path):
 
 
 @pytest.mark.parametrize("text", ["# my edges\nsrc dst\n0 1\n1 2\n", "\n% note\n\nsrc,dst\n# inside\n0,1\n1,2\n",
-                                  "src dst\n0 1\n1 2\n", "# only a comment\n0 1\n1 2\n"])
+                                  "src dst\n0 1\n1 2\n", "# only a comment\n0 1\n1 2\n",
+                                  "  # indented\nsrc dst\n0 1\n1 2\n"])
 def test_comments_blanks_and_a_header_in_any_order(tmp_path, text):
     f = tmp_path / ("e.csv" if "," in text else "e.txt")
     f.write_text(text)
