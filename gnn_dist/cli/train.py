@@ -104,20 +104,7 @@ def check_args(a: argparse.Namespace) -> None:
     a.layers = a.layers if a.layers is not None else (1 if dynamic else 2)
     a.epochs = a.epochs if a.epochs is not None else (50 if dynamic else 200)
     a.weight_decay = a.weight_decay if a.weight_decay is not None else (0.0 if dynamic else 5e-4)
-    user, auto = is_user_model(a.model), a.exchange == "auto"
-    for ok, msg in [  # flags that would mean nothing here, refused rather than ignored
-        (a.heads is None or a.model == "gat" or user, f"--heads applies to --model gat (or your own model, as "
-                                                      f"config.heads), not {a.model}"),
-        (a.num_bases is None or a.model == "rgcn" or user, f"--num-bases applies to --model rgcn (or your own "
-                                                           f"model, as config.num_bases), not {a.model}"),
-        (a.staleness or auto or not stale_flags(a), "--stale-* shape the stale blocks of --staleness S: give "
-                                                    "--staleness too, or drop them"),
-        (a.skip_threshold or a.refresh_every == 10, "--refresh-every applies with --skip-threshold"),
-        (a.codec == "adaptive" or auto or (a.adaptive_every, a.budget_bits) == (50, 4),
-         "--adaptive-every and --budget-bits apply to --codec adaptive"),
-    ]:
-        if not ok:
-            raise UsageError(msg)
+    given = {"heads": a.heads is not None, "num_bases": a.num_bases is not None}  # (refused below if meaningless)
     a.heads = 8 if a.heads is None else a.heads
     a.num_bases = 2 if a.num_bases is None else a.num_bases
     rules = [
@@ -162,7 +149,21 @@ def check_args(a: argparse.Namespace) -> None:
 
         if importlib.util.find_spec("tensorboard") is None:
             raise MissingExtraError("--tensorboard", "tensorboard", "tensorboard")
-    exchange_config(a)
+    exchange_config(a)  # bad values first, then flags that would mean nothing here
+    user, auto = is_user_model(a.model), a.exchange == "auto"
+    for ok, msg in [
+        (not given["heads"] or a.model == "gat" or user, f"--heads applies to --model gat (or your own model, as "
+                                                         f"config.heads), not {a.model}"),
+        (not given["num_bases"] or a.model == "rgcn" or user, f"--num-bases applies to --model rgcn (or your own "
+                                                              f"model, as config.num_bases), not {a.model}"),
+        (a.staleness or auto or not stale_flags(a), "--stale-* shape the stale blocks of --staleness S: give "
+                                                    "--staleness too, or drop them"),
+        (a.skip_threshold or a.refresh_every == 10, "--refresh-every applies with --skip-threshold"),
+        (a.codec == "adaptive" or auto or (a.adaptive_every, a.budget_bits) == (50, 4),
+         "--adaptive-every and --budget-bits apply to --codec adaptive"),
+    ]:
+        if not ok:
+            raise UsageError(msg)
     progress.flag_mode(a)
 
 
