@@ -53,13 +53,18 @@ def test_unknown_model(karate2):
 
 
 @pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)
-def test_node_classification_without_labels_says_so(tmp_path):
-    """An edge list has no labels: the one line says so and points to link prediction (no torch warning first)."""
+def test_node_classification_without_labels_says_so(tmp_path, capsys):
+    """An edge list has no labels: the one line says so and points to link prediction (no torch warning first);
+    refused before any rank starts, so in this process."""
+    from gnn_dist.cli.main import main
+
     (tmp_path / "e.txt").write_text("0 1\n1 2\n2 3\n3 0\n0 2\n")
     part = tmp_path / "p"
-    assert run_cli("partition", "--dataset", f"edges:{tmp_path / 'e.txt'}", "--parts", "1", "--out",
-                   str(part)).returncode == 0
-    _one_line(run_cli("train", "--partition", str(part), "--epochs", "1"),
+    assert main(["partition", "--dataset", f"edges:{tmp_path / 'e.txt'}", "--parts", "1", "--out", str(part),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    rc = main(["train", "--partition", str(part), "--epochs", "1"])
+    _one_line(subprocess.CompletedProcess([], rc, "", capsys.readouterr().err),
               "has no node labels (its data set gave none, as an edge list does): node classification cannot "
               "train; use --task link")
 
@@ -94,14 +99,27 @@ def test_no_training_nodes_is_exit_2_on_every_rank(tmp_path):
     ("--window", "4", "--window applies to dynamic graphs"),  # a flag this kind of graph does not use: refused
     ("--relagg", None, "--relagg applies to --model rgcn"),
     ("--num-bases", "3", "--num-bases applies to --model rgcn"),
-    ("--num-bases", "2", "--num-bases applies to --model rgcn"),  # the default's value, given: refused too
-    ("--heads", "4", "--heads applies to --model gat"),
-    ("--stale-momentum", "0.5", "--stale-* shape the stale blocks of --staleness S"),
-    ("--refresh-every", "5", "--refresh-every applies with --skip-threshold"),
-    ("--budget-bits", "2", "--adaptive-every and --budget-bits apply to --codec adaptive"),
 ])
 def test_bad_hyper_parameters(karate2, flag, value, needle):
     _one_line(run_cli("train", "--partition", str(karate2), flag, *([value] if value else [])), needle)
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--num-bases", "2"], "--num-bases applies to --model rgcn"),  # the default's value, given: refused too
+    (["--heads", "4"], "--heads applies to --model gat"),
+    (["--stale-momentum", "0.5"], "--stale-* shape the stale blocks of --staleness S"),
+    (["--stale-bound", "nan"], "stale bound >= 0 required"),  # a bad value is named first
+    (["--refresh-every", "5"], "--refresh-every applies with --skip-threshold"),
+    (["--refresh-every", "5", "--exchange", "auto"], "--refresh-every applies with --skip-threshold"),
+    (["--budget-bits", "2"], "--adaptive-every and --budget-bits apply to --codec adaptive"),
+])
+def test_flags_that_would_mean_nothing_are_refused(karate2, flags, needle, capsys):
+    """Refused before any rank starts, so in this process: one line, exit 2."""
+    from gnn_dist.cli.main import main
+
+    capsys.readouterr()
+    rc = main(["train", "--partition", str(karate2), *flags])
+    _one_line(subprocess.CompletedProcess(flags, rc, "", capsys.readouterr().err), needle)
 
 
 @pytest.mark.slow  # multi-rank: the fast subset keeps a handful of launches (tests/conftest.py)

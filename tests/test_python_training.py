@@ -5,7 +5,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, cli_partition, run_cli
+
+pytestmark = pytest.mark.slow  # training runs in subprocesses: the full suite runs them
 
 
 def docs_block() -> str:

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import cli_partition, run_cli
+
+pytestmark = pytest.mark.slow  # training runs in subprocesses: the full suite runs them
 
 
 def test_resume_says_what_it_did(tmp_path):
