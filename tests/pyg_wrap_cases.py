@@ -66,6 +66,64 @@ def _layers() -> dict:
     }
 
 
+class Adapted(torch.nn.Module):
+    """A conv whose forward wants more than (x, edges): the extra inputs made from x, alike on every rank."""
+
+    def __init__(self, conv: torch.nn.Module, call):
+        super().__init__()
+        self.conv, self.call = conv, call
+
+    def forward(self, x, edges, **edge_tensors):
+        return self.call(self.conv, x, edges, **edge_tensors)
+
+
+def _pna() -> torch.nn.Module:
+    import torch_geometric.nn as pyg
+    from torch_geometric.utils import degree
+
+    deg = torch.bincount(degree(torch.from_numpy(random_graph().edge_index()[1]).long(), N, dtype=torch.long))
+    return pyg.PNAConv(F_IN, OUT, ["mean", "min", "max", "std"], ["identity", "amplification", "attenuation"], deg,
+                       edge_dim=D_EDGE, towers=1)
+
+
+def _propagate_layers() -> dict:
+    """Convs without an (x_src, x_dst) pair: their own forward, the halo fetched at each propagate."""
+    import torch_geometric.nn as pyg
+
+    mlp = lambda a, b: torch.nn.Sequential(torch.nn.Linear(a, 8), torch.nn.ReLU(), torch.nn.Linear(8, b))
+    return {
+        "GCNConv": (lambda: pyg.GCNConv(F_IN, OUT), ()),
+        "GCNConv-weighted": (lambda: pyg.GCNConv(F_IN, OUT, improved=True), ("edge_weight",)),
+        "ChebConv": (lambda: pyg.ChebConv(F_IN, OUT, K=3), ()),
+        "ChebConv-none": (lambda: pyg.ChebConv(F_IN, OUT, K=2, normalization=None), ("edge_weight",)),
+        "SGConv": (lambda: pyg.SGConv(F_IN, OUT, K=2), ()),
+        "SSGConv": (lambda: pyg.SSGConv(F_IN, OUT, alpha=0.1, K=2), ()),
+        "APPNP": (lambda: Adapted(pyg.APPNP(K=3, alpha=0.1), lambda c, x, e: c(torch.tanh(x), e)), ()),
+        "TAGConv": (lambda: pyg.TAGConv(F_IN, OUT, K=2), ()),
+        "GCN2Conv": (lambda: Adapted(pyg.GCN2Conv(F_IN, alpha=0.1, theta=0.5, layer=2),
+                                     lambda c, x, e: c(x, 2 * x, e)), ()),
+        "ARMAConv": (lambda: pyg.ARMAConv(F_IN, OUT, num_stacks=2, num_layers=2), ()),
+        "GatedGraphConv": (lambda: pyg.GatedGraphConv(OUT + 3, 2), ("edge_weight",)),
+        "MixHopConv": (lambda: pyg.MixHopConv(F_IN, OUT, powers=[0, 1, 2]), ()),
+        "LGConv": (lambda: pyg.LGConv(), ()),
+        "ClusterGCNConv": (lambda: pyg.ClusterGCNConv(F_IN, OUT), ()),
+        "PNAConv": (_pna, ("edge_attr",)),
+        "AGNNConv": (lambda: pyg.AGNNConv(requires_grad=True), ()),
+        "FAConv": (lambda: Adapted(pyg.FAConv(F_IN, eps=0.2), lambda c, x, e: c(x, 0.5 * x, e)), ()),
+        "SuperGATConv": (lambda: pyg.SuperGATConv(F_IN, OUT, heads=2), ()),
+        "EGConv": (lambda: pyg.EGConv(F_IN, 8, aggregators=["sum", "mean", "std", "symnorm"], num_heads=2,
+                                      num_bases=2), ()),
+        "PDNConv": (lambda: pyg.PDNConv(F_IN, OUT, D_EDGE, 6), ("edge_attr",)),
+        "DNAConv": (lambda: Adapted(pyg.DNAConv(F_IN, heads=1, groups=1),
+                                    lambda c, x, e: c(torch.stack([x, torch.tanh(x)], 1), e)), ()),
+        "PointGNNConv": (lambda: Adapted(pyg.PointGNNConv(mlp(F_IN, 3), mlp(F_IN + 3, F_IN), mlp(F_IN, F_IN)),
+                                         lambda c, x, e: c(x, x[:, :3], e)), ()),
+        "RGATConv": (lambda: Adapted(pyg.RGATConv(F_IN, OUT, num_relations=2),
+                                     lambda c, x, e, edge_weight: c(x, e, (edge_weight > 1).long())),
+                     ("edge_weight",)),
+    }
+
+
 def _models() -> dict:
     from torch_geometric.nn import models
 
@@ -102,7 +160,8 @@ def cases() -> dict:
     """Every case: layers (the input needs a gradient, so halo gradients cross ranks), whole models (called on
     the graph's own features, as the trainer calls them: the input cache), and the docs' GINE-style port
     (gd.nn.MessagePassing with an edge tensor through propagate), held to PyG's GINEConv."""
-    return {**{k: (*v, "layer") for k, v in _layers().items()}, **{k: (*v, "model") for k, v in _models().items()},
+    return {**{k: (*v, "layer") for k, v in {**_layers(), **_propagate_layers()}.items()},
+            **{k: (*v, "model") for k, v in _models().items()},
             "GINEStyle (port)": (_gine_port, ("edge_attr",), "port")}
 
 
@@ -136,7 +195,8 @@ def reference(name: str, g: Graph) -> dict:
     edges = edge_tensors(name, torch.from_numpy(g.edge_attr).double(), torch.from_numpy(g.edge_weight).double())
     out = module(x, ei, **edges)
     readout(out, torch.arange(N)).backward()
-    res = {"out": out.detach().numpy(), **{f"grad_{k}": p.grad.numpy() for k, p in module.named_parameters()}}
+    res = {"out": out.detach().numpy(),
+           **{f"grad_{k}": p.grad.numpy() for k, p in module.named_parameters() if p.grad is not None}}
     if x.requires_grad:
         res["grad_x"] = x.grad.numpy()
     return res

@@ -30,7 +30,8 @@ def run_case(name: str, graph, ctx, out_dir: Path, prefix: str = "") -> None:
     readout(out, gids).backward()
     extra = {"grad_x": x.grad.numpy()} if x.requires_grad else {}
     np.savez(out_dir / f"{prefix}{name}-rank{ctx.rank}.npz", global_ids=gids.numpy(), out=out.detach().numpy(), **extra,
-             **{f"grad_{k}": all_sum(p.grad.clone(), ctx).numpy() for k, p in module.named_parameters()})
+             **{f"grad_{k}": all_sum(p.grad.clone(), ctx).numpy() for k, p in module.named_parameters()
+                if p.grad is not None})
 
 
 def attention(graph, ctx, out_dir: Path) -> None:

@@ -35,10 +35,9 @@ import torch
 from torch import nn
 
 from gnn_dist.graph.local import LocalGraph
-from gnn_dist.nn.dropout import input_dropout
-from gnn_dist.nn.message_passing import exchange_channel, provided_halo
 from gnn_dist.nn.norm import BatchNorm
-from gnn_dist.runtime.halo_fetch import HaloFetch
+from gnn_dist.nn.pyg_propagate import run_on_part, start_fetch
+from gnn_dist.nn.pyg_refusals import refusal
 from partition.errors import UsageError
 
 # PyG norms whose statistics run over all the nodes a call sees: per rank they would differ from one process
@@ -96,6 +95,25 @@ def _signature(cls: type) -> inspect.Signature:
     return inspect.signature(cls.forward)
 
 
+def _graph_param(cls: type) -> str:
+    """The forward parameter where PyG takes `edge_index` (third for GCN2Conv and PointGNNConv)."""
+    names = list(_signature(cls).parameters)
+    return "edge_index" if "edge_index" in names else names[2]
+
+
+def _the_graph(graph, cls: type) -> LocalGraph:
+    if not isinstance(graph, LocalGraph):
+        raise TypeError(f"gd.nn.Distributed({cls.__name__}) is called with a graph (a LocalGraph) where PyG takes "
+                        f"edge_index: got {type(graph).__name__}")
+    return graph
+
+
+def _check_rows(t: torch.Tensor, graph: LocalGraph, what: str, name: str) -> None:
+    if t.shape[0] != graph.num_inner:
+        raise ValueError(f"{name}: {what} has {t.shape[0]} rows but this part has {graph.num_inner} inner rows "
+                         f"(give inner rows only; the halo is fetched)")
+
+
 def _takes_pair(cls: type) -> bool:
     """Does the conv's forward take PyG's (x_src, x_dst) pair? (Its x annotation says so.)"""
     params = list(_signature(cls).parameters.values())
@@ -132,31 +150,40 @@ class Distributed(nn.Module):
         PyG's own `edge_index` (or a sparse `adj_t`), it is PyG's layer, unchanged, in one process."""
         cls = _pyg_class(type(self))
         bound = _signature(cls).bind(self, *args, **kwargs).arguments  # bound once: this runs every layer call
-        edges = bound.get(list(_signature(cls).parameters)[2])
+        edges = bound.get(_graph_param(cls))
         if isinstance(edges, torch.Tensor) or type(edges).__name__ == "SparseTensor":  # torch_sparse's adj_t
             return cls.forward(self, *args, **kwargs)
+        if not _takes_pair(cls):
+            return self._gd_propagate(bound)
         x, graph, rest, edge = self._gd_arguments(bound)
         src, dst = x if isinstance(x, tuple) else (x, x)
         for t, what in ((src, "x"), (dst, "x_dst")):
-            if t.shape[0] != graph.num_inner:
-                raise ValueError(f"{type(self).__name__}: {what} has {t.shape[0]} rows but this part has "
-                                 f"{graph.num_inner} inner rows (give inner rows only; the halo is fetched)")
+            _check_rows(t, graph, what, type(self).__name__)
         with self._gd_own_loops_off() as loops:
             split = not _row_coupled(self)
             return self._gd_run(graph, src, dst, rest, edge, blocks(graph, loops, split))
+
+    def _gd_propagate(self, bound: dict):
+        """A conv without a pair: its own forward on the inner rows, the halo fetched at each propagate."""
+        cls = _pyg_class(type(self))
+        graph_name, x_name = _graph_param(cls), list(_signature(cls).parameters)[1]
+        graph = _the_graph(bound.get(graph_name), cls)
+        bound.pop("self")
+        if bound.get("size") is not None:
+            raise ValueError(f"gd.nn.Distributed({cls.__name__}): sizes are the wrapper's; give no size")
+        if isinstance(bound.get(x_name), torch.Tensor):
+            _check_rows(bound[x_name], graph, x_name, type(self).__name__)
+        return run_on_part(self, cls, bound, graph_name, graph)
 
     def _gd_arguments(self, bound: dict) -> tuple:
         """(x, graph, other arguments, edge tensors) from a call spelled as for the PyG layer (bound to its
         signature; consumed)."""
         cls = _pyg_class(type(self))
         sig = _signature(cls)
-        x_name, graph_name = list(sig.parameters)[1:3]
-        x, graph = bound.pop(x_name), bound.pop(graph_name, None)
+        x_name, graph_name = list(sig.parameters)[1], _graph_param(cls)
+        x, graph = bound.pop(x_name), _the_graph(bound.pop(graph_name, None), cls)
         bound.pop("self")
         name = cls.__name__
-        if not isinstance(graph, LocalGraph):
-            raise TypeError(f"gd.nn.Distributed({name}) is called as (x, graph, ...): got "
-                            f"{type(graph).__name__} where the graph goes")
         if bound.pop("size", None) is not None:
             raise ValueError(f"gd.nn.Distributed({name}): sizes are the wrapper's (per block); give no size")
         edge = {}
@@ -182,15 +209,9 @@ class Distributed(nn.Module):
 
     def _gd_run(self, graph: LocalGraph, src: torch.Tensor, dst: torch.Tensor, rest: dict, edge: dict, plan: dict):
         """Central rows while the halo travels, then the rest (or all rows at once, after it)."""
-        ex, halo, fetch = graph.exchange, None, None
-        if ex is not None:
-            halo = provided_halo(graph, src)
-            if halo is None:  # (a held halo names no channel: the names are the checkpoints' keys)
-                if graph.is_input(src):  # the input features: their halo is fetched once (the input cache)
-                    input_dropout(src, graph, 0.0, False)
-                fetch = HaloFetch(ex, src, exchange_channel(graph, self))
-                if not graph.overlap:  # wait now; the autograd graph, so the order of sums, stays the same
-                    fetch.settle()
+        halo, fetch = start_fetch(graph, self, src)
+        if fetch is not None and not graph.overlap:  # wait now; the autograd graph, so the order of sums, stays
+            fetch.settle()
         results, last = [], len(plan["blocks"]) - 1
         for i, block in enumerate(plan["blocks"]):  # the last block reads the halo
             if fetch is not None and i == last:
@@ -266,10 +287,6 @@ def _distributed_class(cls: type) -> type:
 
 def _convert_conv(conv: nn.Module, where: str) -> None:
     cls = type(conv)
-    if not _takes_pair(cls):
-        raise UsageError(f"gd.nn.Distributed: {where}{cls.__name__} takes no (x_src, x_dst) pair, so it cannot run on "
-                         f"a part's rows; use gd.nn.GCNConv (GCN, with PyG's parameter names) or a layer written on "
-                         f"gd.nn.MessagePassing (docs/layers.md)")
     if getattr(conv, "flow", "source_to_target") != "source_to_target":
         raise UsageError(f"gd.nn.Distributed: {where}{cls.__name__} has flow='{conv.flow}'; only source_to_target "
                          f"runs on a part (the in-edges of its rows)")
@@ -288,6 +305,8 @@ def _distribute(module: nn.Module) -> nn.Module:
         where = f"'{name}' " if name else ""
         if isinstance(m, Distributed):
             convs += 1
+        elif refusal(type(m)):
+            raise UsageError(f"gd.nn.Distributed: {where}{type(m).__name__} cannot run on a part: {refusal(type(m))}")
         elif isinstance(m, PyGMessagePassing):
             _convert_conv(m, where)
             convs += 1

@@ -1,0 +1,241 @@
+"""The propagate path of `gd.nn.Distributed`: PyG convs whose forward takes no (x_src, x_dst) pair.
+
+GCNConv, SGConv, APPNP, ChebConv and the other multi-hop convs run their own
+`forward` on the part's inner rows, given the part's in-edges as `edge_index`
+(sources are part-local rows: inner, then halo; destinations are inner rows).
+At each `propagate` (and `edge_updater`) a pre-hook fetches the halo of every
+node input whose messages read `<name>_j` and hands PyG the pair (inner +
+halo rows, inner rows) along the conv's `node_dim`, with `size=(inner + halo,
+inner)`: each call is one exchange channel, named by call order, so a K-hop
+conv exchanges K times a step. Everything outside `propagate` (linear maps,
+bias, APPNP's `alpha * h`) acts on inner rows, as on one process.
+
+Normalisations that read degrees are the only other thing a part gets wrong
+by itself, so within the call the conv's module sees part-aware versions:
+
+- `gcn_norm`: a destination's degree is the sum over its in-edges, all of which
+  an inner row holds; a halo row's comes from its owner (an exact exchange,
+  autograd-tracked, since PDNConv learns its edge weights; cached per graph
+  where the weights are the conv's default of ones);
+- `get_laplacian` (ChebConv): degrees sum over the source column, so every
+  rank sums what it holds, sends the halo rows' partial sums home and fetches
+  the totals back; ChebConv's default `lambda_max` is the maximum over ranks.
+
+The conv's own caches (GCNConv's `_cached_edge_index`, SGConv's `_cached_x`)
+then hold the part's version.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+
+import torch
+import torch.distributed as dist
+
+from gnn_dist.graph.local import LocalGraph
+from gnn_dist.nn.dropout import input_dropout
+from gnn_dist.nn.message_passing import exchange_channel, provided_halo
+from gnn_dist.runtime.halo_fetch import HaloFetch, fetch_halo
+
+
+def start_fetch(graph: LocalGraph, owner, src: torch.Tensor) -> tuple[torch.Tensor | None, HaloFetch | None]:
+    """(the halo of `src` if held already, else None; the fetch started for it, else None): the input
+    features' halo comes from the input cache, other tensors' on `owner`'s next training channel."""
+    if graph.exchange is None:
+        return None, None
+    halo = provided_halo(graph, src)
+    if halo is not None:  # (a held halo names no channel: the names are the checkpoints' keys)
+        return halo, None
+    if graph.is_input(src):  # the input features: their halo is fetched once (the input cache)
+        input_dropout(src, graph, 0.0, False)
+    return None, HaloFetch(graph.exchange, src, exchange_channel(graph, owner))
+
+
+def local_edge_index(graph: LocalGraph) -> torch.Tensor:
+    """[2, E] the part's stored in-edges: (part-local source row, inner destination row), in stored order,
+    so that edge tensors given per stored edge line up with it."""
+    def make() -> torch.Tensor:
+        rows = torch.repeat_interleave(torch.arange(graph.num_inner), torch.from_numpy(graph.indptr).diff())
+        return torch.stack([torch.from_numpy(graph.indices).to(torch.int64), rows]).to(graph.device)
+
+    return graph.cache(("pyg-local-edges",), make)
+
+
+@functools.lru_cache(maxsize=None)
+def _reads(cls: type, hook: str) -> tuple[tuple, tuple]:
+    """(names read at the source `<name>_j`, names read at the destination `<name>_i`) by `hook`, in its
+    signature's order: the order of the exchanges, the same on every rank (a set's is not)."""
+    names = [p for p in inspect.signature(getattr(cls, hook)).parameters if p not in ("edge_index_j", "size_j",
+                                                                                         "edge_index_i", "size_i")]
+    return tuple(p[:-2] for p in names if p.endswith("_j")), tuple(p[:-2] for p in names if p.endswith("_i"))
+
+
+def _halo_rows(graph: LocalGraph, v: torch.Tensor) -> torch.Tensor:
+    """The halo rows of a per-inner-row vector, exact (no codec, no training state), autograd-tracked."""
+    if graph.exchange is None:
+        return v[:0]
+    return fetch_halo(v.view(-1, 1), graph.exchange, None).view(-1)
+
+
+def _sum_home(graph: LocalGraph, partial: torch.Tensor) -> torch.Tensor:
+    """Per inner row, the sum over every rank of `partial` (one value per part-local row): halo rows' partial
+    sums go to their owners, as gradients do."""
+    n, ex = graph.num_inner, graph.exchange
+    inner = partial[:n].clone()
+    if ex is None:
+        return inner
+    pending = ex.start_backward(partial[n:].detach().view(-1, 1).contiguous(), None)
+    return ex.scatter_back(inner.view(-1, 1), pending).view(-1)
+
+
+class PartNorms:
+    """`gcn_norm` and `get_laplacian` as PyG computes them on the whole graph, on one part's in-edges."""
+
+    def __init__(self, graph: LocalGraph, edges: torch.Tensor):
+        self.graph, self.edges = graph, edges
+
+    def _check(self, edge_index, num_nodes, what: str) -> None:
+        if not isinstance(edge_index, torch.Tensor) or edge_index.layout != torch.strided:
+            raise TypeError(f"gd.nn.Distributed: {what} got a sparse adjacency; on a part it takes edge_index")
+        if num_nodes is not None and num_nodes != self.graph.num_inner:
+            raise ValueError(f"gd.nn.Distributed: {what} was asked for {num_nodes} nodes but this part has "
+                             f"{self.graph.num_inner} inner rows (node inputs hold inner rows only)")
+
+    def gcn_norm(self, edge_index, edge_weight=None, num_nodes=None, improved=False, add_self_loops=True,
+                 flow="source_to_target", dtype=None):
+        """PyG's gcn_norm: w_ij / sqrt(d_i d_j) over edges with the remaining self loops, d = in-weight."""
+        self._check(edge_index, num_nodes, "gcn_norm")
+        if flow != "source_to_target":
+            raise ValueError("gd.nn.Distributed: gcn_norm with flow='target_to_source' reads out-edges, which a "
+                             "part does not hold")
+        if edge_weight is None and edge_index is self.edges:  # the same every call: one exchange per graph
+            key = ("pyg-gcn-norm", bool(improved), bool(add_self_loops), dtype)
+            return self.graph.cache(key, lambda: self._gcn(edge_index, None, improved, add_self_loops, dtype))
+        return self._gcn(edge_index, edge_weight, improved, add_self_loops, dtype)
+
+    def _gcn(self, edge_index, edge_weight, improved, add_self_loops, dtype):
+        from torch_geometric.utils import add_remaining_self_loops, scatter
+
+        n = self.graph.num_inner
+        if add_self_loops:
+            edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, 2.0 if improved else 1.0, n)
+        if edge_weight is None:
+            edge_weight = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+        row, col = edge_index[0], edge_index[1]
+        deg = scatter(edge_weight, col, 0, dim_size=n, reduce="sum")
+        dinv = torch.cat([deg, _halo_rows(self.graph, deg)]).pow(-0.5)
+        dinv = dinv.masked_fill(dinv == float("inf"), 0)
+        return edge_index, dinv[row] * edge_weight * dinv[col]
+
+    def get_laplacian(self, edge_index, edge_weight=None, normalization=None, dtype=None, num_nodes=None):
+        """PyG's get_laplacian: degrees sum over the source column, i.e. over every rank's edges."""
+        from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
+
+        self._check(edge_index, num_nodes, "get_laplacian")
+        n = self.graph.num_inner
+        edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
+        if edge_weight is None:
+            edge_weight = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+        row, col = edge_index[0], edge_index[1]
+        with torch.no_grad():  # (degrees from fixed weights: the Laplacian's weights are not learned here)
+            inner = _sum_home(self.graph, scatter(edge_weight.detach(), row, 0, dim_size=self.graph.num_src))
+            deg = torch.cat([inner, _halo_rows(self.graph, inner)])
+        if normalization is None:
+            edge_index, _ = add_self_loops(edge_index, num_nodes=n)
+            return edge_index, torch.cat([-edge_weight, deg[:n]], dim=0)
+        if normalization == "sym":
+            dinv = deg.pow(-0.5).masked_fill(deg == 0, 0)
+            edge_weight = dinv[row] * edge_weight * dinv[col]
+        else:  # "rw"
+            edge_weight = deg.reciprocal().masked_fill(deg == 0, 0)[row] * edge_weight
+        return add_self_loops(edge_index, -edge_weight, fill_value=1.0, num_nodes=n)
+
+    def lambda_max(self, edge_index, edge_weight, normalization, dtype) -> torch.Tensor:
+        """ChebConv's default lambda_max, 2 max(L), over every rank's part of L."""
+        _, lap = self.get_laplacian(edge_index, edge_weight, normalization, dtype, self.graph.num_inner)
+        peak = lap.detach().max() if lap.numel() else torch.tensor(float("-inf"), dtype=lap.dtype)
+        ex = self.graph.exchange
+        if ex is not None:
+            peak = peak.clone()
+            dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=ex.wire.group)
+        return 2.0 * peak
+
+
+def _pair_hook(graph: LocalGraph, hook: str):
+    """A propagate / edge_updater pre-hook: node inputs read at sources become (inner + halo, inner) pairs."""
+    def pre(conv, inputs):
+        edge_index, size, kwargs = inputs
+        if size is not None:
+            raise ValueError(f"gd.nn.Distributed: {type(conv).__name__} passed its own size to propagate; on a "
+                             f"part the sizes are (inner + halo rows, inner rows)")
+        src_reads, _ = _reads(type(conv), hook)
+        dim, out, done = conv.node_dim, dict(kwargs), {}
+        for key in src_reads:
+            value = kwargs.get(key)
+            src, dst = value if isinstance(value, (tuple, list)) else (value, value)
+            if not isinstance(src, torch.Tensor):
+                continue
+            if src.size(dim) != graph.num_inner:
+                raise ValueError(f"gd.nn.Distributed: {type(conv).__name__} propagates '{key}' with {src.size(dim)} "
+                                 f"rows along dim {dim}, but this part has {graph.num_inner} inner rows")
+            if id(src) not in done:
+                rows = src.movedim(dim, 0)
+                halo, fetch = start_fetch(graph, conv, rows)
+                halo = fetch.halo() if fetch is not None else halo
+                done[id(src)] = src if halo is None else torch.cat([src, halo.movedim(0, dim)], dim)
+            out[key] = (done[id(src)], dst)
+        return edge_index, (graph.num_src, graph.num_inner), out
+
+    return pre
+
+
+@contextlib.contextmanager
+def _on_part(conv, cls: type, graph: LocalGraph, norms: PartNorms):
+    """Within: the conv's propagate and edge_updater see pairs, its module part-aware norms, and ChebConv /
+    SuperGATConv their part's lambda_max / positive samples."""
+    handles = [conv.register_propagate_forward_pre_hook(_pair_hook(graph, "message"))]
+    if hasattr(conv, "register_edge_update_forward_pre_hook"):
+        handles.append(conv.register_edge_update_forward_pre_hook(_pair_hook(graph, "edge_update")))
+    modules = {sys.modules[c.__module__] for c in cls.__mro__ if c.__module__ in sys.modules}
+    swapped = [(m, name, getattr(m, name)) for m in modules for name in ("gcn_norm", "get_laplacian")
+               if hasattr(m, name)]
+    for m, name, _ in swapped:
+        setattr(m, name, getattr(norms, name))
+    own = _instance_overrides(conv, cls, graph, norms)
+    conv.__dict__.update(own)
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for m, name, fn in swapped:
+            setattr(m, name, fn)
+        for name in own:
+            conv.__dict__.pop(name, None)
+
+
+def _instance_overrides(conv, cls: type, graph: LocalGraph, norms: PartNorms) -> dict:
+    """Methods a conv calls on itself that read the whole graph, replaced for the call."""
+    own = {}
+    if hasattr(cls, "__norm__") and "lambda_max" in inspect.signature(cls.forward).parameters:  # ChebConv
+        def cheb_norm(edge_index, num_nodes, edge_weight, normalization, lambda_max=None, dtype=None, batch=None):
+            if lambda_max is None:
+                lambda_max = norms.lambda_max(edge_index, edge_weight, normalization, dtype)
+            return cls.__norm__(conv, edge_index, num_nodes, edge_weight, normalization, lambda_max, dtype, batch)
+        own["__norm__"] = cheb_norm
+    if hasattr(cls, "positive_sampling") and hasattr(cls, "negative_sampling"):  # SuperGATConv's attention loss
+        inner = lambda e: e[:, e[0] < graph.num_inner]  # sampled among this rank's rows (it samples at random)
+        own["positive_sampling"] = lambda e: cls.positive_sampling(conv, inner(e))
+        own["negative_sampling"] = lambda e, n, batch=None: cls.negative_sampling(conv, inner(e), n, batch)
+    return own
+
+
+def run_on_part(conv, cls: type, bound: dict, graph_name: str, graph: LocalGraph):
+    """`cls.forward` on the part: `bound` (the call bound to its signature, self removed) with the part's
+    in-edges where the graph went."""
+    edges = local_edge_index(graph)
+    bound[graph_name] = edges
+    with _on_part(conv, cls, graph, PartNorms(graph, edges)):
+        return cls.forward(conv, **bound)
