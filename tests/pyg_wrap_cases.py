@@ -63,6 +63,24 @@ def _layers() -> dict:
         "GraphConv": (lambda: pyg.GraphConv(F_IN, OUT), ("edge_weight",)),
         "EdgeConv": (lambda: pyg.EdgeConv(_mlp(2 * F_IN)), ()),
         "ResGatedGraphConv": (lambda: pyg.ResGatedGraphConv(F_IN, OUT), ()),
+        "SimpleConv": (lambda: pyg.SimpleConv("mean", "sum"), ("edge_weight",)),
+        "MFConv": (lambda: pyg.MFConv(F_IN, OUT, max_degree=4), ()),
+        "NNConv": (lambda: pyg.NNConv(F_IN, OUT, _mlp_to(D_EDGE, F_IN * OUT), aggr="mean"), ("edge_attr",)),
+        "CGConv": (lambda: pyg.CGConv(F_IN, D_EDGE), ("edge_attr",)),
+        "FeaStConv": (lambda: pyg.FeaStConv(F_IN, OUT, heads=2), ()),
+        "LEConv": (lambda: pyg.LEConv(F_IN, OUT), ("edge_weight",)),
+        "GENConv": (lambda: pyg.GENConv(F_IN, OUT, aggr="softmax", learn_t=True, edge_dim=D_EDGE), ("edge_attr",)),
+        "GeneralConv": (lambda: pyg.GeneralConv(F_IN, OUT, D_EDGE, attention=True), ("edge_attr",)),
+        "FiLMConv": (lambda: Adapted(pyg.FiLMConv(F_IN, OUT, num_relations=2),
+                                     lambda c, x, e, edge_weight: c(x, e, (edge_weight > 1).long())), ("edge_weight",)),
+        "RGCNConv": (lambda: Adapted(pyg.RGCNConv(F_IN, OUT, num_relations=2),
+                                     lambda c, x, e, edge_weight: c(x, e, (edge_weight > 1).long())), ("edge_weight",)),
+        "FastRGCNConv": (lambda: Adapted(pyg.FastRGCNConv(F_IN, OUT, num_relations=2),
+                                         lambda c, x, e, edge_weight: c(x, e, (edge_weight > 1).long())),
+                         ("edge_weight",)),
+        "GMMConv": (lambda: pyg.GMMConv(F_IN, OUT, dim=D_EDGE, kernel_size=2), ("edge_attr",)),
+        "WLConvContinuous": (lambda: pyg.WLConvContinuous(), ("edge_weight",)),
+        "AntiSymmetricConv": (lambda: pyg.AntiSymmetricConv(F_IN, num_iters=2), ()),
     }
 
 
@@ -77,11 +95,17 @@ class Adapted(torch.nn.Module):
         return self.call(self.conv, x, edges, **edge_tensors)
 
 
-def _pna() -> torch.nn.Module:
-    import torch_geometric.nn as pyg
+def pna_histogram() -> torch.Tensor:
+    """PNAConv's degree histogram of the whole test graph, as PyG's docs make it."""
     from torch_geometric.utils import degree
 
-    deg = torch.bincount(degree(torch.from_numpy(random_graph().edge_index()[1]).long(), N, dtype=torch.long))
+    return torch.bincount(degree(torch.from_numpy(random_graph().edge_index()[1]).long(), N, dtype=torch.long))
+
+
+def _pna() -> torch.nn.Module:
+    import torch_geometric.nn as pyg
+
+    deg = pna_histogram()
     return pyg.PNAConv(F_IN, OUT, ["mean", "min", "max", "std"], ["identity", "amplification", "attenuation"], deg,
                        edge_dim=D_EDGE, towers=1)
 
@@ -122,6 +146,10 @@ def _propagate_layers() -> dict:
                                      lambda c, x, e, edge_weight: c(x, e, (edge_weight > 1).long())),
                      ("edge_weight",)),
     }
+
+
+def _mlp_to(d_in: int, d_out: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(d_in, 8), torch.nn.ReLU(), torch.nn.Linear(8, d_out))
 
 
 def _models() -> dict:

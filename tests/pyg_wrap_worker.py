@@ -18,7 +18,7 @@ import gnn_dist as gd
 from gnn_dist.graph.load import load_partition
 from gnn_dist.runtime.collectives import all_sum
 from gnn_dist.runtime.launch import init
-from tests.pyg_wrap_cases import F_IN, ONE_WAY_CASES, OUT, build, cases, edge_tensors, readout
+from tests.pyg_wrap_cases import F_IN, ONE_WAY_CASES, OUT, build, cases, edge_tensors, pna_histogram, readout
 
 
 def run_case(name: str, graph, ctx, out_dir: Path, prefix: str = "") -> None:
@@ -53,6 +53,7 @@ def main() -> None:
     out_dir, part, one_way = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     with init() as ctx:
         graph = load_partition(part, ctx)
+        assert torch.equal(gd.nn.degree_histogram(graph), pna_histogram()), "degree_histogram is not the global one"
         for name in cases():
             run_case(name, graph, ctx, out_dir)
         attention(graph, ctx, out_dir)

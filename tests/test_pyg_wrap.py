@@ -102,7 +102,8 @@ def test_wrapped_layers_equal_one_process(world, references, tmp_path):
         np.testing.assert_allclose(got["out"], ref["out"], **TOL, err_msg=f"{name} P={world}")
         for k in grads + (["grad_x"] if "grad_x" in ref else []):
             np.testing.assert_allclose(got[k], ref[k], **TOL, err_msg=f"{name} {k} P={world}")
-        table.append((name, _max_diff(got["out"], ref["out"]), max((_max_diff(got[k], ref[k]) for k in grads), default=float("nan"))))
+        d_grad = max((_max_diff(got[k], ref[k]) for k in grads), default=float("nan"))
+        table.append((name, _max_diff(got["out"], ref["out"]), d_grad))
     want = attention_reference(GRAPH)
     for kind in ("wrapped", "own"):  # every edge once, loops included, and its weights
         got = _attention(out_dir, kind, world)
@@ -237,3 +238,31 @@ def test_edge_updater_gives_one_row_per_edge_in_the_layers_order():
     torch.testing.assert_close(alpha, ref_alpha, **TOL)
     torch.testing.assert_close(out, ref_out, **TOL)
     torch.testing.assert_close(own(graph.x, graph), out, rtol=0, atol=1e-6)
+
+
+def test_the_docs_table_lists_every_conv_with_its_path_and_every_runnable_conv_has_a_case():
+    """docs/layers.md's table (scripts/pyg_conv_table.py) names each conv of torch_geometric.nn.conv.__all__ with the
+    path gd.nn.Distributed takes now; each conv that runs has a case here, held to one process at P = 1, 2, 4."""
+    import re
+    from pathlib import Path
+
+    import torch_geometric.nn.conv as pyg_conv
+
+    from gnn_dist.nn.pyg_wrap import path_of
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "layers.md").read_text()
+    table = text.split("<!-- conv-table -->")[1].split("<!-- /conv-table -->")[0]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| (\w+) \| ([^|]+) \|", table, re.M)}
+    assert set(pyg_conv.__all__) <= set(rows), sorted(set(pyg_conv.__all__) - set(rows))
+    names = set(cases())
+    for name in pyg_conv.__all__:
+        path = path_of(getattr(pyg_conv, name))
+        assert rows[name].strip() == path, (name, rows[name], path)
+        if not path.startswith("refused") and name != "MessagePassing":
+            assert name in names or any(c.startswith(f"{name}-") for c in names), f"{name} runs but has no case"
+
+
+def test_degree_histogram_is_pygs():
+    from tests.pyg_wrap_cases import pna_histogram
+
+    assert torch.equal(gd.nn.degree_histogram(gd.LocalGraph.from_graph(GRAPH)), pna_histogram())

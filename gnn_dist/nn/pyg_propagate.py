@@ -239,3 +239,17 @@ def run_on_part(conv, cls: type, bound: dict, graph_name: str, graph: LocalGraph
     bound[graph_name] = edges
     with _on_part(conv, cls, graph, PartNorms(graph, edges)):
         return cls.forward(conv, **bound)
+
+
+def degree_histogram(graph: LocalGraph) -> torch.Tensor:
+    """PNAConv's `deg`: how many nodes of the whole graph have each in-degree (PyG's `degree` of the
+    destinations, binned). Collective on a part: every rank calls it and gets the same histogram."""
+    deg = torch.from_numpy(graph.in_degree[: graph.num_inner].astype("int64"))
+    group = graph.exchange.wire.group if graph.exchange is not None else None
+    top = torch.tensor([int(deg.max()) if deg.numel() else 0])
+    if graph.exchange is not None:
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+    hist = torch.bincount(deg, minlength=int(top) + 1)
+    if graph.exchange is not None:
+        dist.all_reduce(hist, group=group)
+    return hist

@@ -8,6 +8,7 @@ hold (all nodes, out-edges, hyperedges), or needs a kernel this install cannot h
 from __future__ import annotations
 
 TYPED = "a typed-graph layer: use gnn-dist's typed API (docs/typed.md), which exchanges per relation"
+POSITIONS = "its positions (pos) are a second node input of the pair path, which exchanges x only"
 NEIGHBOURS = "it builds its edges from nearest neighbours over all nodes, which no part holds"
 
 REASONS = {
@@ -26,6 +27,10 @@ REASONS = {
     "GPSConv": "its global attention reads all nodes, which no part holds",
     "DirGNNConv": "it reads out-edges (edge_index flipped), and a part holds its rows' in-edges",
     "WLConv": "its colours come from a table of the colours one process met first, so ranks would disagree",
+    "SplineConv": "it needs torch_spline_conv, which has no wheel for this torch",
+    "PointNetConv": POSITIONS,
+    "PPFConv": POSITIONS,
+    "PointTransformerConv": POSITIONS,
     "CuGraphSAGEConv": "it needs pylibcugraphops (CUDA only), which is not shipped",
     "CuGraphGATConv": "it needs pylibcugraphops (CUDA only), which is not shipped",
     "CuGraphRGCNConv": "it needs pylibcugraphops (CUDA only), which is not shipped",

@@ -121,6 +121,20 @@ def _takes_pair(cls: type) -> bool:
     return "Tuple" in note or "Pair" in note
 
 
+def path_of(cls: type) -> str:
+    """How `gd.nn.Distributed` runs a torch_geometric layer class: "pair" (by blocks of rows, overlapped),
+    "propagate" (its own forward, the halo fetched at each propagate), "wrapper" (a module whose convs are
+    converted one by one), or "refused: <why>" (docs/layers.md's table)."""
+    from torch_geometric.nn.conv import MessagePassing as PyGMessagePassing
+
+    why = refusal(cls)
+    if why:
+        return f"refused: {why}"
+    if not issubclass(cls, PyGMessagePassing):
+        return "wrapper"
+    return "pair" if _takes_pair(cls) else "propagate"
+
+
 def _row_coupled(conv: nn.Module) -> bool:
     """A conv holding a batch norm: its output rows are not computed from their own in-edges alone."""
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in conv.modules())
