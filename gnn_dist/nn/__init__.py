@@ -12,7 +12,7 @@ from gnn_dist.nn.registry import REGISTRY, ModelConfig
 from gnn_dist.nn.typed import HeteroConv, RGCNConv, TypedGNN, TypedLinear
 
 __all__ = [
-    "MessagePassing", "segment_softmax", "GCNConv", "SAGEConv", "GATConv", "GINConv", "BatchNorm", "Distributed", "degree_histogram", "GNN",
-    "MODELS", "build_model", "PyGNN", "to_pyg", "HeteroConv", "TypedGNN", "RGCNConv", "TypedLinear", "GCRN",
+    "MessagePassing", "segment_softmax", "GCNConv", "SAGEConv", "GATConv", "GINConv", "BatchNorm", "Distributed", "GNN",
+    "degree_histogram", "MODELS", "build_model", "PyGNN", "to_pyg", "HeteroConv", "TypedGNN", "RGCNConv", "TypedLinear", "GCRN",
     "EvolveGCN", "EvolveGCNO", "to_pyg_dynamic", "REGISTRY", "ModelConfig",
 ]
