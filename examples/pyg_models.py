@@ -11,6 +11,7 @@ Builders (`--model examples/pyg_models.py:<name>`):
     gcn_example_uncached   the same without cached=True (normalised again every call)
     gcn2         a GCNII stack as PyG's examples/gcn2_cora.py: Linear, --layers GCN2Conv(alpha=0.1), Linear
     appnp        an MLP, then APPNP(K=10, alpha=0.1), as in the APPNP paper
+    sgc          SGConv(K=2) (no weights before its propagations; cached=False, so it propagates every step)
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch_geometric.nn import APPNP, GCN2Conv, GCNConv
+from torch_geometric.nn import APPNP, GCN2Conv, GCNConv, SGConv
 from torch_geometric.nn.models import GCN
 
 import gnn_dist as gd
@@ -71,12 +72,24 @@ class APPNPNet(torch.nn.Module):
         return self.prop(self.lin2(F.dropout(x, self.dropout, training=self.training)), edge_index)
 
 
+class SGC(torch.nn.Module):
+    """Simplified graph convolution: K propagations of the input features, then one linear map (inside SGConv)."""
+
+    def __init__(self, d_in: int, d_out: int, k: int = 2):
+        super().__init__()
+        self.conv = SGConv(d_in, d_out, K=k)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index)
+
+
 PLAIN = {
     "gcn": lambda f, c, cfg: GCN(f, cfg.hidden, num_layers=cfg.layers, out_channels=c, dropout=cfg.dropout),
     "gcn_example": lambda f, c, cfg: ExampleGCN(f, cfg.hidden, c, cfg.dropout),
     "gcn_example_uncached": lambda f, c, cfg: ExampleGCN(f, cfg.hidden, c, cfg.dropout, cached=False),
     "gcn2": lambda f, c, cfg: GCNII(f, cfg.hidden, c, cfg.layers, cfg.dropout),
     "appnp": lambda f, c, cfg: APPNPNet(f, cfg.hidden, c, cfg.dropout),
+    "sgc": lambda f, c, cfg: SGC(f, c),
 }
 
 
@@ -98,6 +111,10 @@ def gcn2(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch
 
 def appnp(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
     return gd.nn.Distributed(PLAIN["appnp"](num_features, num_classes, config))
+
+
+def sgc(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
+    return gd.nn.Distributed(PLAIN["sgc"](num_features, num_classes, config))
 
 
 def train_one_process(name: str, dataset: str = "cora", epochs: int = 200, hidden: int = 16, layers: int = 2,

@@ -54,7 +54,7 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
     import torch.distributed as dist
 
     from gnn_dist.graph.load import load_partition
-    from gnn_dist.nn import build_model
+    from gnn_dist.nn import build_model, registry
     from gnn_dist.runtime import staging
     from gnn_dist.runtime.launch import init
     from gnn_dist.train.node import Trainer
@@ -64,7 +64,10 @@ def worker(part_dir: str, epochs: int, hidden: int, model: str, device: str = "c
                transport=transport)
     graph = load_partition(part_dir, ctx, verify=False)
     torch.manual_seed(0)
-    net = build_model(model, graph.num_features, hidden, graph.num_classes, layers=2, dropout=0.5)
+    if registry.is_user_model(model):  # a model file (--compare): e.g. PyG's own GCN, wrapped
+        net = registry.build(model, graph.num_features, graph.num_classes, registry.ModelConfig(hidden=hidden))
+    else:
+        net = build_model(model, graph.num_features, hidden, graph.num_classes, layers=2, dropout=0.5)
     trainer = Trainer(net, graph, ctx, progress=False, eval_every=0)
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
     records = []
@@ -189,6 +192,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--model", default="gcn")
     ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--compare", default=None, metavar="FILE.py:build",
+                    help="also run this model file at each P, beside --model (e.g. examples/pyg_models.py:gcn, PyG's "
+                         "own GCN wrapped, against --model gcn)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--transports", default="auto",
                     help="comma-separated CPU halo transports to run P > 1 with, side by side (auto: small plans over MPI)")
@@ -223,6 +229,10 @@ def main() -> None:
                 name = f"gnn-dist P={p}" + (f" {t}" if p > 1 and "," in a.transports else "")
                 rows[name] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d), "--transport", t] + common,
                                      huge_pages(d, a.hidden))
+            if a.compare:
+                other = [x if x != a.model else a.compare for x in common]
+                rows[f"P={p} {Path(a.compare).name}"] = _result(
+                    [mpiexec, "-n", str(p)] + me + ["--worker", str(d)] + other, huge_pages(d, a.hidden))
     base, p1 = rows["PyG adj_t"]["epoch_s"], rows.get("gnn-dist P=1", {}).get("epoch_s")
     print(f"\n{a.dataset}, {a.model}, 2 layers, hidden {a.hidden}, {a.epochs} timed epochs, {os.cpu_count()} cores")
     print(f"{'configuration':<18} {'threads/rank':>12} {'epoch s':>9} {'vs PyG':>7} {'vs P=1':>7} {'peak RSS/rank MB':>18}")

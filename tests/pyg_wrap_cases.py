@@ -159,6 +159,8 @@ def _models() -> dict:
         "GraphSAGE": (lambda: models.GraphSAGE(F_IN, 8, num_layers=2, out_channels=CLASSES), ()),
         "GAT": (lambda: models.GAT(F_IN, 8, num_layers=2, out_channels=CLASSES, heads=2), ()),
         "GIN+BatchNorm": (lambda: models.GIN(F_IN, 8, num_layers=2, out_channels=CLASSES, norm="batch_norm"), ()),
+        # GCNConv's lin(X) of the input features: its halo is lin(the input cache's rows), no exchange
+        "GCN": (lambda: models.GCN(F_IN, 8, num_layers=2, out_channels=CLASSES), ()),
     }
 
 

@@ -8,6 +8,7 @@ their weights; OUT/one-way-<case>-rank<R>.npz: ONE_WAY_CASES on the one-way part
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -49,6 +50,41 @@ def attention(graph, ctx, out_dir: Path) -> None:
         np.savez(out_dir / f"attention-{kind}-rank{ctx.rank}.npz", src=glob[0], dst=glob[1], alpha=alpha.detach().numpy())
 
 
+LOSSY = {"int8": {"codec": "int8"}, "staleness1": {"staleness": 1}}
+
+
+def lossy(part: str, ctx, out_dir: Path) -> None:
+    """Every layer case, 4 SGD steps under each lossy setting and exact fp32 (a fresh part each: an exchange is set
+    before its first training exchange): OUT/lossy-<setting>.json, the losses of each case (rank 0)."""
+    from gnn_dist.runtime.exchange import ExchangeConfig
+
+    for setting, kw in {"fp32": {}, **LOSSY}.items():
+        graph = load_partition(part, ctx, exchange=ExchangeConfig(**kw))
+        graph.exchange.loop_ends_steps()
+        gids = torch.from_numpy(graph.global_ids[: graph.num_inner].astype(np.int64))
+        losses = {}
+        for name, (_, _, kind) in cases().items():
+            if kind != "layer":
+                continue
+            module = gd.nn.Distributed(build(name))
+            opt = torch.optim.SGD(module.parameters(), lr=0.05) if list(module.parameters()) else None
+            x = torch.nn.Parameter(graph.x.clone())
+            opt_x = torch.optim.SGD([x], lr=0.05)
+            losses[name] = []
+            for _ in range(4):
+                out = module(x, graph, **edge_tensors(name, graph.edge_features(), torch.from_numpy(graph.edge_weight)))
+                loss = all_sum(readout(out, gids).detach().reshape(1), ctx)
+                readout(out, gids).backward()
+                for o in (opt, opt_x):
+                    if o is not None:
+                        o.step()
+                        o.zero_grad()
+                graph.exchange.end_step()
+                losses[name].append(float(loss))
+        if ctx.rank == 0:
+            (out_dir / f"lossy-{setting}.json").write_text(json.dumps(losses))
+
+
 def main() -> None:
     out_dir, part, one_way = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     with init() as ctx:
@@ -57,6 +93,8 @@ def main() -> None:
         for name in cases():
             run_case(name, graph, ctx, out_dir)
         attention(graph, ctx, out_dir)
+        if ctx.world_size > 1:
+            lossy(part, ctx, out_dir)
         graph = load_partition(one_way, ctx)
         for name in ONE_WAY_CASES:
             run_case(name, graph, ctx, out_dir, prefix="one-way-")

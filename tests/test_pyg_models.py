@@ -43,3 +43,17 @@ def test_a_pyg_model_trains_as_in_one_pyg_process(name, world, cora, tmp_path):
     want = train_one_process(name, epochs=EPOCHS, dropout=0.0, layers=4 if name == "gcn2" else 2)
     np.testing.assert_allclose([rec["loss"] for rec in records], want["losses"], rtol=1e-4, err_msg=name)
     assert abs(records[-1]["test_acc"] - want["test_acc"]) < 1e-6, (records[-1]["test_acc"], want["test_acc"])
+
+
+@pytest.mark.slow
+def test_sgc_under_staleness_without_momentum_is_one_process(cora, tmp_path):
+    """SGC propagates the input features (constant) K times before any weight: with --staleness 1 and
+    --stale-momentum 0 every stale row equals the fresh one, so the run is one process's."""
+    log = tmp_path / "log.jsonl"
+    r = run_mpi(2, "train", "--partition", str(cora / "c2"), "--model", f"{ROOT / 'examples' / 'pyg_models.py'}:sgc",
+                "--epochs", str(EPOCHS), "--seed", "0", "--quiet", "--log", str(log), "--staleness", "1",
+                "--stale-momentum", "0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    want = train_one_process("sgc", epochs=EPOCHS)
+    np.testing.assert_allclose([rec["loss"] for rec in records], want["losses"], rtol=1e-4)

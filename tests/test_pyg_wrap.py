@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 
 import numpy as np
 import pytest
@@ -118,6 +119,14 @@ def test_wrapped_layers_equal_one_process(world, references, tmp_path):
                                        err_msg=f"one-way {name} {k} P={world}")
     for name, d_out, d_grad in table:
         print(f"| {name} | {world} | {d_out:.1e} | {d_grad:.1e} |")
+    if world > 1:  # every layer also trains under --codec int8 and --staleness 1: finite, and the setting acts
+        exact = json.loads((out_dir / "lossy-fp32.json").read_text())
+        for setting in ("int8", "staleness1"):
+            got = json.loads((out_dir / f"lossy-{setting}.json").read_text())
+            assert got.keys() == exact.keys()
+            for name, losses in got.items():
+                assert np.isfinite(losses).all(), (setting, name, losses)
+                assert not np.allclose(losses, exact[name], rtol=1e-7, atol=0), (setting, name, losses)
 
 
 def test_state_dict_keys_stay_pygs_and_the_model_copies():

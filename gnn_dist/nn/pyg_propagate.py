@@ -30,13 +30,14 @@ import contextlib
 import functools
 import inspect
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
 
-from gnn_dist.graph.local import LocalGraph
+from gnn_dist.graph.local import LocalGraph, SplitOperator
 from gnn_dist.nn.dropout import input_dropout
-from gnn_dist.nn.message_passing import exchange_channel, provided_halo
+from gnn_dist.nn.message_passing import HaloSpMM, ProvidedSpMM, exchange_channel, provided_halo
 from gnn_dist.runtime.halo_fetch import HaloFetch, fetch_halo
 
 
@@ -90,11 +91,66 @@ def _sum_home(graph: LocalGraph, partial: torch.Tensor) -> torch.Tensor:
     return ex.scatter_back(inner.view(-1, 1), pending).view(-1)
 
 
+def _split_operator(graph: LocalGraph, edge_index: torch.Tensor, weight: torch.Tensor | None) -> tuple:
+    """(adj_t [inner, inner + halo] as torch CSR, its SplitOperator): rows are destinations, as PyG's adj_t."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    src, dst = edge_index.cpu().numpy()
+    w = np.ones(src.shape[0], np.float32) if weight is None else weight.detach().cpu().numpy().astype(np.float32)
+    m = sp.csr_matrix((w, (dst, src)), shape=(graph.num_inner, graph.num_src))
+    nc, n = graph.num_central, graph.num_inner  # (central rows read inner columns only)
+    op = SplitOperator.from_scipy(m[:nc, :n], m[nc:], n, graph.device)
+    with warnings.catch_warnings():  # torch flags CSR as beta on every construction
+        warnings.simplefilter("ignore", UserWarning)
+        adj_t = torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)), torch.from_numpy(
+            m.indices.astype(np.int64)), torch.from_numpy(m.data), size=m.shape, device=graph.device)
+    return adj_t, op
+
+
+@functools.lru_cache(maxsize=None)
+def _fusable(cls: type) -> bool:
+    """Is the conv's propagate PyG's weighted sum, `edge_weight * x_j` summed, with message_and_aggregate its
+    `spmm(adj_t, x)`? Then gnn-dist's own product computes it (GCNConv, SGConv, APPNP, TAGConv, GCN2Conv, ...)."""
+    try:
+        fused = inspect.getsource(cls.message_and_aggregate).strip().splitlines()[-1].strip()
+        message = inspect.getsource(cls.message)
+    except (OSError, TypeError, AttributeError):
+        return False
+    return fused == "return spmm(adj_t, x, reduce=self.aggr)" and "edge_weight.view(-1, 1) * x_j" in message
+
+
+@functools.lru_cache(maxsize=None)
+def _maps_input_first(cls: type) -> bool:
+    """A fusable conv whose forward maps its input by `self.lin` before propagating it (GCNConv)."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return False
+    return _fusable(cls) and -1 < source.find("x = self.lin(x)") < source.find("self.propagate(")
+
+
+def _input_cache_through_lin(conv, cls: type, graph: LocalGraph) -> list:
+    """Hooks so that GCNConv's lin(X) of the input features needs no exchange: its halo is lin(X's halo), the
+    input cache's rows (fetched once) mapped here, autograd-tracked, as gnn-dist's own GCN aggregates X once."""
+    ex = graph.exchange
+    if ex is None or not ex.config.input_cache or not _maps_input_first(cls):
+        return []
+
+    def provide(lin, inputs, out):
+        if graph.is_input(inputs[0]) and not inputs[0].requires_grad:
+            ex.provide(out, lin(ex.static_halo(inputs[0])))
+
+    return [conv.lin.register_forward_hook(provide)]
+
+
 class PartNorms:
     """`gcn_norm` and `get_laplacian` as PyG computes them on the whole graph, on one part's in-edges."""
 
     def __init__(self, graph: LocalGraph, edges: torch.Tensor):
         self.graph, self.edges = graph, edges
+        self.fused: dict = {}  # id(adj_t) -> (conv, SplitOperator), for this call's fused propagates
+        self.original_spmm = None
 
     def _check(self, edge_index, num_nodes, what: str) -> None:
         if not isinstance(edge_index, torch.Tensor) or edge_index.layout != torch.strided:
@@ -112,8 +168,38 @@ class PartNorms:
                              "part does not hold")
         if edge_weight is None and edge_index is self.edges:  # the same every call: one exchange per graph
             key = ("pyg-gcn-norm", bool(improved), bool(add_self_loops), dtype)
-            return self.graph.cache(key, lambda: self._gcn(edge_index, None, improved, add_self_loops, dtype))
+            made = self.graph.cache(key, lambda: self._gcn(edge_index, None, improved, add_self_loops, dtype))
+            self._made()[id(made[1])] = made
+            return made
         return self._gcn(edge_index, edge_weight, improved, add_self_loops, dtype)
+
+    def _made(self) -> dict:
+        """id(weights) -> (edge_index, weights) of this graph's cached normalisations: fixed, so fusable."""
+        return self.graph.cache(("pyg-normalised",), dict)
+
+    def operator(self, edge_index, edge_weight) -> tuple | None:
+        """(adj_t, SplitOperator) of fixed edges and weights (the part's edges, or a cached normalisation of
+        them), made once per graph; None for weights made per call (learned, or the user's)."""
+        made = self._made().get(id(edge_weight)) if edge_weight is not None else None
+        if not ((edge_index is self.edges and edge_weight is None)
+                or (made is not None and made[0] is edge_index and made[1] is edge_weight)):
+            return None
+        return self.graph.cache(("pyg-operator", id(edge_index), id(edge_weight)),
+                                lambda: _split_operator(self.graph, edge_index, edge_weight))
+
+    def spmm(self, src, other, reduce: str = "sum"):
+        """PyG's spmm, but a fused propagate's adj_t (`_pair_hook`) runs gnn-dist's own product: the halo
+        fetched with the central rows computed meanwhile, the numba kernel, backward's exchange overlapped."""
+        op = self.fused.get(id(src))
+        if op is None:
+            return self.original_spmm(src, other, reduce=reduce)
+        conv, op = op
+        held = provided_halo(self.graph, other)
+        if held is not None:
+            return ProvidedSpMM.apply(other, held, op)
+        if self.graph.is_input(other):  # the input features: their halo is fetched once (the input cache)
+            input_dropout(other, self.graph, 0.0, False)
+        return HaloSpMM.apply(other, op, self.graph, exchange_channel(self.graph, conv))
 
     def _gcn(self, edge_index, edge_weight, improved, add_self_loops, dtype):
         from torch_geometric.utils import add_remaining_self_loops, scatter
@@ -163,13 +249,32 @@ class PartNorms:
         return 2.0 * peak
 
 
-def _pair_hook(graph: LocalGraph, hook: str):
-    """A propagate / edge_updater pre-hook: node inputs read at sources become (inner + halo, inner) pairs."""
+def _fused(conv, norms: PartNorms, edge_index, kwargs: dict):
+    """adj_t for a propagate that gnn-dist's own product can run (`PartNorms.spmm`), else None."""
+    x, w = kwargs.get("x"), kwargs.get("edge_weight")
+    if not (_fusable(type(conv)) and set(kwargs) <= {"x", "edge_weight"} and isinstance(x, torch.Tensor)
+            and x.dim() == 2 and x.dtype == torch.float32 and conv.aggr in ("add", "sum") and not conv.explain
+            and conv.decomposed_layers == 1 and isinstance(edge_index, torch.Tensor)
+            and (w is None or not w.requires_grad)):
+        return None
+    made = norms.operator(edge_index, w)
+    if made is None:
+        return None
+    norms.fused[id(made[0])] = (conv, made[1])
+    return made[0]
+
+
+def _pair_hook(graph: LocalGraph, hook: str, norms: PartNorms):
+    """A propagate / edge_updater pre-hook: node inputs read at sources become (inner + halo, inner) pairs; a
+    plain weighted sum runs as gnn-dist's own product instead (`_fused`)."""
     def pre(conv, inputs):
         edge_index, size, kwargs = inputs
         if size is not None:
             raise ValueError(f"gd.nn.Distributed: {type(conv).__name__} passed its own size to propagate; on a "
                              f"part the sizes are (inner + halo rows, inner rows)")
+        adj_t = _fused(conv, norms, edge_index, kwargs) if hook == "message" else None
+        if adj_t is not None:
+            return adj_t, None, kwargs
         src_reads, _ = _reads(type(conv), hook)
         dim, out, done = conv.node_dim, dict(kwargs), {}
         for key in src_reads:
@@ -195,13 +300,16 @@ def _pair_hook(graph: LocalGraph, hook: str):
 def _on_part(conv, cls: type, graph: LocalGraph, norms: PartNorms):
     """Within: the conv's propagate and edge_updater see pairs, its module part-aware norms, and ChebConv /
     SuperGATConv their part's lambda_max / positive samples."""
-    handles = [conv.register_propagate_forward_pre_hook(_pair_hook(graph, "message"))]
+    handles = [conv.register_propagate_forward_pre_hook(_pair_hook(graph, "message", norms)),
+               *_input_cache_through_lin(conv, cls, graph)]
     if hasattr(conv, "register_edge_update_forward_pre_hook"):
-        handles.append(conv.register_edge_update_forward_pre_hook(_pair_hook(graph, "edge_update")))
+        handles.append(conv.register_edge_update_forward_pre_hook(_pair_hook(graph, "edge_update", norms)))
     modules = {sys.modules[c.__module__] for c in cls.__mro__ if c.__module__ in sys.modules}
-    swapped = [(m, name, getattr(m, name)) for m in modules for name in ("gcn_norm", "get_laplacian")
+    swapped = [(m, name, getattr(m, name)) for m in modules for name in ("gcn_norm", "get_laplacian", "spmm")
                if hasattr(m, name)]
-    for m, name, _ in swapped:
+    for m, name, fn in swapped:
+        if name == "spmm":
+            norms.original_spmm = fn
         setattr(m, name, getattr(norms, name))
     own = _instance_overrides(conv, cls, graph, norms)
     conv.__dict__.update(own)
