@@ -12,6 +12,7 @@ Builders (`--model examples/pyg_models.py:<name>`):
     gcn2         a GCNII stack as PyG's examples/gcn2_cora.py: Linear, --layers GCN2Conv(alpha=0.1), Linear
     appnp        an MLP, then APPNP(K=10, alpha=0.1), as in the APPNP paper
     sgc          SGConv(K=2) (no weights before its propagations; cached=False, so it propagates every step)
+    gcn_gd       `gcn`'s model written with gd.nn.GCNConv instead, for scripts/bench_train.py --compare
 """
 from __future__ import annotations
 
@@ -83,6 +84,24 @@ class SGC(torch.nn.Module):
         return self.conv(x, edge_index)
 
 
+class GDGCN(torch.nn.Module):
+    """torch_geometric.nn.models.GCN's forward (conv, relu, dropout, ..., conv) with gd.nn.GCNConv layers: the
+    same model written with gnn-dist's own conv, to time the wrapped one against."""
+
+    def __init__(self, d_in: int, hidden: int, d_out: int, layers: int, dropout: float):
+        super().__init__()
+        dims = [d_in] + [hidden] * (layers - 1) + [d_out]
+        self.convs = torch.nn.ModuleList(gd.nn.GCNConv(a, b) for a, b in zip(dims, dims[1:]))
+        self.dropout = dropout
+
+    def forward(self, x, graph):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, graph)
+            if i < len(self.convs) - 1:
+                x = F.dropout(F.relu(x), self.dropout, training=self.training)
+        return x
+
+
 PLAIN = {
     "gcn": lambda f, c, cfg: GCN(f, cfg.hidden, num_layers=cfg.layers, out_channels=c, dropout=cfg.dropout),
     "gcn_example": lambda f, c, cfg: ExampleGCN(f, cfg.hidden, c, cfg.dropout),
@@ -115,6 +134,10 @@ def appnp(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torc
 
 def sgc(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
     return gd.nn.Distributed(PLAIN["sgc"](num_features, num_classes, config))
+
+
+def gcn_gd(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
+    return GDGCN(num_features, config.hidden, num_classes, config.layers, config.dropout)
 
 
 def train_one_process(name: str, dataset: str = "cora", epochs: int = 200, hidden: int = 16, layers: int = 2,

@@ -192,9 +192,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--model", default="gcn")
     ap.add_argument("--ranks", default="1,2,4")
-    ap.add_argument("--compare", default=None, metavar="FILE.py:build",
-                    help="also run this model file at each P, beside --model (e.g. examples/pyg_models.py:gcn, PyG's "
-                         "own GCN wrapped, against --model gcn)")
+    ap.add_argument("--compare", default=None, metavar="FILE.py:build[,...]",
+                    help="also run these model files at each P, beside --model (e.g. examples/pyg_models.py:gcn, "
+                         "PyG's own GCN wrapped, and examples/pyg_models.py:gcn_gd, the same model of gd.nn.GCNConv)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--transports", default="auto",
                     help="comma-separated CPU halo transports to run P > 1 with, side by side (auto: small plans over MPI)")
@@ -229,9 +229,9 @@ def main() -> None:
                 name = f"gnn-dist P={p}" + (f" {t}" if p > 1 and "," in a.transports else "")
                 rows[name] = _result([mpiexec, "-n", str(p)] + me + ["--worker", str(d), "--transport", t] + common,
                                      huge_pages(d, a.hidden))
-            if a.compare:
-                other = [x if x != a.model else a.compare for x in common]
-                rows[f"P={p} {Path(a.compare).name}"] = _result(
+            for spec in a.compare.split(",") if a.compare else []:
+                other = [x if x != a.model else spec for x in common]
+                rows[f"P={p} {Path(spec).name}"] = _result(
                     [mpiexec, "-n", str(p)] + me + ["--worker", str(d)] + other, huge_pages(d, a.hidden))
     base, p1 = rows["PyG adj_t"]["epoch_s"], rows.get("gnn-dist P=1", {}).get("epoch_s")
     print(f"\n{a.dataset}, {a.model}, 2 layers, hidden {a.hidden}, {a.epochs} timed epochs, {os.cpu_count()} cores")

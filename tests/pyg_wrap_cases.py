@@ -161,6 +161,8 @@ def _models() -> dict:
         "GIN+BatchNorm": (lambda: models.GIN(F_IN, 8, num_layers=2, out_channels=CLASSES, norm="batch_norm"), ()),
         # GCNConv's lin(X) of the input features: its halo is lin(the input cache's rows), no exchange
         "GCN": (lambda: models.GCN(F_IN, 8, num_layers=2, out_channels=CLASSES), ()),
+        # ... and with weights of the user's: no fused product reads it, so lin(X) is mapped before the exchange
+        "GCN-weighted": (lambda: models.GCN(F_IN, 8, num_layers=2, out_channels=CLASSES), ("edge_weight",)),
     }
 
 

@@ -120,36 +120,50 @@ def _fusable(cls: type) -> bool:
     return fused == "return spmm(adj_t, x, reduce=self.aggr)" and "edge_weight.view(-1, 1) * x_j" in message
 
 
-@functools.lru_cache(maxsize=None)
 def _maps_input_first(cls: type) -> bool:
-    """A fusable conv whose forward maps its input by `self.lin` before propagating it (GCNConv)."""
-    try:
-        source = inspect.getsource(cls.forward)
-    except (OSError, TypeError):
-        return False
-    return _fusable(cls) and -1 < source.find("x = self.lin(x)") < source.find("self.propagate(")
+    """Is the conv's forward PyG's GCNConv's, which maps its input by `self.lin` (no bias) before propagating it?"""
+    from torch_geometric.nn import GCNConv
+
+    return cls.forward is GCNConv.forward
 
 
-def _input_cache_through_lin(conv, cls: type, graph: LocalGraph) -> list:
-    """Hooks so that GCNConv's lin(X) of the input features needs no exchange: its halo is lin(X's halo), the
-    input cache's rows (fetched once) mapped here, autograd-tracked, as gnn-dist's own GCN aggregates X once."""
-    ex = graph.exchange
-    if ex is None or not ex.config.input_cache or not _maps_input_first(cls):
+class _Undo:
+    """A removable handle for an instance attribute set for one call."""
+
+    def __init__(self, obj, name: str):
+        self.obj, self.name = obj, name
+
+    def remove(self) -> None:
+        self.obj.__dict__.pop(self.name, None)
+
+
+def _input_cache_through_lin(conv, cls: type, graph: LocalGraph, norms: "PartNorms") -> list:
+    """GCNConv's A (X W) of the input features X, run as (A X) W: X's halo is the input cache's (fetched once),
+    so the layer sends nothing and maps only inner rows, as gnn-dist's own GCN does. Its `lin` hands X on
+    unmapped, marked; the fused product maps A X (`PartNorms.spmm`), and any other reader gets lin(X)."""
+    ex, lin = graph.exchange, getattr(conv, "lin", None)
+    if ex is None or not ex.config.input_cache or not _maps_input_first(cls) or getattr(lin, "bias", 0) is not None:
         return []
 
-    def provide(lin, inputs, out):
-        if graph.is_input(inputs[0]) and not inputs[0].requires_grad:
-            ex.provide(out, lin(ex.static_halo(inputs[0])))
+    mapped = functools.partial(type(lin).forward, lin)
 
-    return [conv.lin.register_forward_hook(provide)]
+    def forward(x):
+        if graph.is_input(x) and not x.requires_grad:
+            norms.mapped[id(x)] = (x, mapped)
+            return x
+        return mapped(x)
+
+    lin.__dict__["forward"] = forward
+    return [_Undo(lin, "forward")]
 
 
 class PartNorms:
-    """`gcn_norm` and `get_laplacian` as PyG computes them on the whole graph, on one part's in-edges."""
+    """`gcn_norm`, `get_laplacian` and `spmm` as PyG computes them on the whole graph, on one part's in-edges."""
 
     def __init__(self, graph: LocalGraph, edges: torch.Tensor):
         self.graph, self.edges = graph, edges
         self.fused: dict = {}  # id(adj_t) -> (conv, SplitOperator), for this call's fused propagates
+        self.mapped: dict = {}  # id(X) -> (X, lin's map): input features whose lin(X) is deferred (GCNConv)
         self.original_spmm = None
 
     def _check(self, edge_index, num_nodes, what: str) -> None:
@@ -194,6 +208,9 @@ class PartNorms:
         if op is None:
             return self.original_spmm(src, other, reduce=reduce)
         conv, op = op
+        mapped = self.mapped.get(id(other))
+        if mapped is not None and mapped[0] is other:  # A (X W) as (A X) W: X's halo is the input cache's
+            return mapped[1](ProvidedSpMM.apply(other, self.graph.exchange.static_halo(other), op))
         held = provided_halo(self.graph, other)
         if held is not None:
             return ProvidedSpMM.apply(other, held, op)
@@ -275,6 +292,8 @@ def _pair_hook(graph: LocalGraph, hook: str, norms: PartNorms):
         adj_t = _fused(conv, norms, edge_index, kwargs) if hook == "message" else None
         if adj_t is not None:
             return adj_t, None, kwargs
+        kwargs = {k: norms.mapped[id(v)][1](v) if id(v) in norms.mapped and norms.mapped[id(v)][0] is v else v
+                  for k, v in kwargs.items()}  # a deferred lin(X) that no fused product reads: mapped here
         src_reads, _ = _reads(type(conv), hook)
         dim, out, done = conv.node_dim, dict(kwargs), {}
         for key in src_reads:
@@ -286,7 +305,7 @@ def _pair_hook(graph: LocalGraph, hook: str, norms: PartNorms):
                 raise ValueError(f"gd.nn.Distributed: {type(conv).__name__} propagates '{key}' with {src.size(dim)} "
                                  f"rows along dim {dim}, but this part has {graph.num_inner} inner rows")
             if id(src) not in done:
-                rows = src.movedim(dim, 0)
+                rows = src if dim % src.dim() == 0 else src.movedim(dim, 0)  # (the same object: the input cache)
                 halo, fetch = start_fetch(graph, conv, rows)
                 halo = fetch.halo() if fetch is not None else halo
                 done[id(src)] = src if halo is None else torch.cat([src, halo.movedim(0, dim)], dim)
@@ -301,7 +320,7 @@ def _on_part(conv, cls: type, graph: LocalGraph, norms: PartNorms):
     """Within: the conv's propagate and edge_updater see pairs, its module part-aware norms, and ChebConv /
     SuperGATConv their part's lambda_max / positive samples."""
     handles = [conv.register_propagate_forward_pre_hook(_pair_hook(graph, "message", norms)),
-               *_input_cache_through_lin(conv, cls, graph)]
+               *_input_cache_through_lin(conv, cls, graph, norms)]
     if hasattr(conv, "register_edge_update_forward_pre_hook"):
         handles.append(conv.register_edge_update_forward_pre_hook(_pair_hook(graph, "edge_update", norms)))
     modules = {sys.modules[c.__module__] for c in cls.__mro__ if c.__module__ in sys.modules}
