@@ -191,7 +191,7 @@ def test_a_propagate_conv_called_with_an_edge_index_is_pygs_own():
 
 
 def test_wrong_inputs_get_one_line():
-    from torch_geometric.nn import GraphConv, GraphNorm, GraphSAGE
+    from torch_geometric.nn import GCNConv, GraphConv, GraphNorm, GraphSAGE
 
     graph = gd.LocalGraph.from_graph(GRAPH)
     conv = gd.nn.Distributed(GraphConv(5, 2))
@@ -201,6 +201,13 @@ def test_wrong_inputs_get_one_line():
         conv(graph.x, [[0, 1], [1, 0]])
     with pytest.raises(ValueError, match="sizes are the wrapper's"):
         conv(graph.x, graph, size=(N, N))
+    gcn = gd.nn.Distributed(GCNConv(5, 2))  # the propagate path checks the same
+    with pytest.raises(ValueError, match=f"GCNConv\\): 'edge_weight' has 3 rows but this part has {GRAPH.num_edges}"):
+        gcn(graph.x, graph, edge_weight=torch.ones(3))
+    with pytest.raises(ValueError, match=f"x has 7 rows but this part has {N} inner rows"):
+        gcn(graph.x[:7], graph)
+    with pytest.raises(TypeError, match="where PyG takes edge_index: got list"):
+        gcn(graph.x, [[0, 1], [1, 0]])
     with pytest.raises(UsageError, match="'norms.0' GraphNorm normalises over all the nodes"):
         gd.nn.Distributed(GraphSAGE(5, 8, num_layers=2, norm=GraphNorm(8)))
     with pytest.raises(UsageError, match="holds no torch_geometric conv"):

@@ -187,6 +187,11 @@ class Distributed(nn.Module):
             raise ValueError(f"gd.nn.Distributed({cls.__name__}): sizes are the wrapper's; give no size")
         if isinstance(bound.get(x_name), torch.Tensor):
             _check_rows(bound[x_name], graph, x_name, type(self).__name__)
+        for key, value in bound.items():  # edge_weight, edge_attr, edge_type: one row per stored edge
+            if key.startswith("edge_") and isinstance(value, torch.Tensor) and value.dim() and \
+                    value.shape[0] != graph.num_edges:
+                raise ValueError(f"gd.nn.Distributed({cls.__name__}): '{key}' has {value.shape[0]} rows but this part "
+                                 f"has {graph.num_edges} stored edges (edge tensors follow graph.edge_attr's order)")
         return run_on_part(self, cls, bound, graph_name, graph)
 
     def _gd_arguments(self, bound: dict) -> tuple:
