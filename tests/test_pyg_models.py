@@ -54,6 +54,7 @@ def test_sgc_under_staleness_without_momentum_is_one_process(cora, tmp_path):
                 "--epochs", str(EPOCHS), "--seed", "0", "--quiet", "--log", str(log), "--staleness", "1",
                 "--stale-momentum", "0")
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "--staleness 1 acts on channels L0" in r.stdout + r.stderr  # the second hop's channel is stale
     records = [json.loads(x) for x in log.read_text().splitlines()]
     want = train_one_process("sgc", epochs=EPOCHS)
     np.testing.assert_allclose([rec["loss"] for rec in records], want["losses"], rtol=1e-4)

@@ -31,6 +31,7 @@ import functools
 import inspect
 import sys
 import warnings
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -38,6 +39,7 @@ import torch.distributed as dist
 from gnn_dist.graph.local import LocalGraph, SplitOperator
 from gnn_dist.nn.dropout import input_dropout
 from gnn_dist.nn.message_passing import HaloSpMM, ProvidedSpMM, exchange_channel, provided_halo
+from gnn_dist.runtime import staging
 from gnn_dist.runtime.halo_fetch import HaloFetch, fetch_halo
 
 
@@ -110,12 +112,19 @@ def _split_operator(graph: LocalGraph, edge_index: torch.Tensor, weight: torch.T
 
 @functools.lru_cache(maxsize=None)
 def _fusable(cls: type) -> bool:
-    """Is the conv's propagate PyG's weighted sum, `edge_weight * x_j` summed, with message_and_aggregate its
-    `spmm(adj_t, x)`? Then gnn-dist's own product computes it (GCNConv, SGConv, APPNP, TAGConv, GCN2Conv, ...)."""
+    """Is the conv's propagate PyG's own weighted sum, `edge_weight * x_j` summed, with message_and_aggregate
+    its `spmm(adj_t, x)` (GCNConv, SGConv, APPNP, TAGConv, GCN2Conv, ...)? Then gnn-dist's own product computes
+    it. Only PyG's own methods qualify: a subclass that changes message, aggregate or update does not."""
+    from torch_geometric.nn.conv import MessagePassing as PyGMessagePassing
+
+    own = lambda name: getattr(getattr(cls, name), "__module__", "").startswith("torch_geometric.nn.conv.")
+    if not (own("message") and own("message_and_aggregate") and cls.aggregate is PyGMessagePassing.aggregate
+            and cls.update is PyGMessagePassing.update):
+        return False
     try:
         fused = inspect.getsource(cls.message_and_aggregate).strip().splitlines()[-1].strip()
         message = inspect.getsource(cls.message)
-    except (OSError, TypeError, AttributeError):
+    except (OSError, TypeError):
         return False
     return fused == "return spmm(adj_t, x, reduce=self.aggr)" and "edge_weight.view(-1, 1) * x_j" in message
 
@@ -142,7 +151,8 @@ def _input_cache_through_lin(conv, cls: type, graph: LocalGraph, norms: "PartNor
     so the layer sends nothing and maps only inner rows, as gnn-dist's own GCN does. Its `lin` hands X on
     unmapped, marked; the fused product maps A X (`PartNorms.spmm`), and any other reader gets lin(X)."""
     ex, lin = graph.exchange, getattr(conv, "lin", None)
-    if ex is None or not ex.config.input_cache or not _maps_input_first(cls) or getattr(lin, "bias", 0) is not None:
+    if ex is None or not ex.config.input_cache or not _maps_input_first(cls) or getattr(lin, "bias", 0) is not None \
+            or lin._forward_hooks or lin._forward_pre_hooks:  # (a hook of the user's would see X for lin(X))
         return []
 
     mapped = functools.partial(type(lin).forward, lin)
@@ -241,8 +251,11 @@ class PartNorms:
         edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
         if edge_weight is None:
             edge_weight = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+        if edge_weight.requires_grad:
+            raise ValueError("gd.nn.Distributed: get_laplacian with edge weights that need gradients: its degrees sum "
+                             "over every rank's edges, which this version does without autograd; detach the weights")
         row, col = edge_index[0], edge_index[1]
-        with torch.no_grad():  # (degrees from fixed weights: the Laplacian's weights are not learned here)
+        with torch.no_grad():  # (degrees from fixed weights)
             inner = _sum_home(self.graph, scatter(edge_weight.detach(), row, 0, dim_size=self.graph.num_src))
             deg = torch.cat([inner, _halo_rows(self.graph, inner)])
         if normalization is None:
@@ -258,11 +271,10 @@ class PartNorms:
     def lambda_max(self, edge_index, edge_weight, normalization, dtype) -> torch.Tensor:
         """ChebConv's default lambda_max, 2 max(L), over every rank's part of L."""
         _, lap = self.get_laplacian(edge_index, edge_weight, normalization, dtype, self.graph.num_inner)
-        peak = lap.detach().max() if lap.numel() else torch.tensor(float("-inf"), dtype=lap.dtype)
+        peak = lap.detach().max() if lap.numel() else lap.new_full((), float("-inf"))
         ex = self.graph.exchange
         if ex is not None:
-            peak = peak.clone()
-            dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=ex.wire.group)
+            peak = staging.all_reduce(peak.clone(), op=dist.ReduceOp.MAX, group=ex.wire.group)
         return 2.0 * peak
 
 
@@ -315,6 +327,18 @@ def _pair_hook(graph: LocalGraph, hook: str, norms: PartNorms):
     return pre
 
 
+def _pygs_own(cls: type) -> list[tuple]:
+    """(module, name, function) for each of PyG's gcn_norm, get_laplacian and spmm that a module of the conv's
+    classes reads by name: what the call swaps (a module's own function of that name stays)."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+    from torch_geometric.utils import get_laplacian, spmm
+
+    pygs = {"gcn_norm": gcn_norm, "get_laplacian": get_laplacian, "spmm": spmm}
+    names = dict.fromkeys(c.__module__ for c in cls.__mro__)  # (in order: the same on every rank)
+    return [(sys.modules[m], name, fn) for m in names if m in sys.modules for name, fn in pygs.items()
+            if getattr(sys.modules[m], name, None) is fn]
+
+
 @contextlib.contextmanager
 def _on_part(conv, cls: type, graph: LocalGraph, norms: PartNorms):
     """Within: the conv's propagate and edge_updater see pairs, its module part-aware norms, and ChebConv /
@@ -323,9 +347,7 @@ def _on_part(conv, cls: type, graph: LocalGraph, norms: PartNorms):
                *_input_cache_through_lin(conv, cls, graph, norms)]
     if hasattr(conv, "register_edge_update_forward_pre_hook"):
         handles.append(conv.register_edge_update_forward_pre_hook(_pair_hook(graph, "edge_update", norms)))
-    modules = {sys.modules[c.__module__] for c in cls.__mro__ if c.__module__ in sys.modules}
-    swapped = [(m, name, getattr(m, name)) for m in modules for name in ("gcn_norm", "get_laplacian", "spmm")
-               if hasattr(m, name)]
+    swapped = _pygs_own(cls)
     for m, name, fn in swapped:
         if name == "spmm":
             norms.original_spmm = fn
@@ -359,24 +381,43 @@ def _instance_overrides(conv, cls: type, graph: LocalGraph, norms: PartNorms) ->
     return own
 
 
+CACHES = ("_cached_edge_index", "_cached_adj_t", "_cached_x", "_cached_h")  # PyG convs' cached=True state
+
+
 def run_on_part(conv, cls: type, bound: dict, graph_name: str, graph: LocalGraph):
     """`cls.forward` on the part: `bound` (the call bound to its signature, self removed) with the part's
-    in-edges where the graph went."""
+    in-edges where the graph went. The conv's own caches (`cached=True`) hold the part's version during the
+    call and the plain call's outside it: a conv may be called both ways."""
     edges = local_edge_index(graph)
     bound[graph_name] = edges
-    with _on_part(conv, cls, graph, PartNorms(graph, edges)):
-        return cls.forward(conv, **bound)
+    held = [k for k in CACHES if k in conv.__dict__]
+    plain = {k: conv.__dict__[k] for k in held}
+    entry = graph.cache(("pyg-conv-caches", id(conv)), lambda: [weakref.ref(conv), {}])
+    if entry[0]() is not conv:  # (another conv's, which lived at this address before)
+        entry[:] = [weakref.ref(conv), {}]
+    part = entry[1]
+    conv.__dict__.update({k: part.get(k) for k in held})
+    try:
+        with _on_part(conv, cls, graph, PartNorms(graph, edges)):
+            return cls.forward(conv, **bound)
+    except IndexError as e:
+        raise IndexError(f"gd.nn.Distributed({cls.__name__}): its forward indexed past this part's rows ({e}); a conv "
+                         f"that reads per-node values at its edges outside propagate (e.g. degree(col)[row]) cannot "
+                         f"run on a part: read them in message() as <name>_j, or see docs/layers.md") from e
+    finally:
+        part.update({k: conv.__dict__.get(k) for k in held})
+        conv.__dict__.update(plain)
 
 
 def degree_histogram(graph: LocalGraph) -> torch.Tensor:
     """PNAConv's `deg`: how many nodes of the whole graph have each in-degree (PyG's `degree` of the
     destinations, binned). Collective on a part: every rank calls it and gets the same histogram."""
-    deg = torch.from_numpy(graph.in_degree[: graph.num_inner].astype("int64"))
+    deg = torch.from_numpy(graph.in_degree[: graph.num_inner].astype("int64")).to(graph.device)
     group = graph.exchange.wire.group if graph.exchange is not None else None
-    top = torch.tensor([int(deg.max()) if deg.numel() else 0])
+    top = deg.max().reshape(1) if deg.numel() else deg.new_zeros(1)
     if graph.exchange is not None:
-        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+        top = staging.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
     hist = torch.bincount(deg, minlength=int(top) + 1)
     if graph.exchange is not None:
-        dist.all_reduce(hist, group=group)
+        hist = staging.all_reduce(hist, group=group)
     return hist

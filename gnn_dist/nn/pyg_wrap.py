@@ -306,6 +306,9 @@ def _distributed_class(cls: type) -> type:
 
 def _convert_conv(conv: nn.Module, where: str) -> None:
     cls = type(conv)
+    if not _takes_pair(cls) and getattr(conv, "decomposed_layers", 1) > 1:
+        raise UsageError(f"gd.nn.Distributed: {where}{cls.__name__} has decomposed_layers="
+                         f"{conv.decomposed_layers}, which splits propagate's inputs; on a part they are pairs: use 1")
     if getattr(conv, "flow", "source_to_target") != "source_to_target":
         raise UsageError(f"gd.nn.Distributed: {where}{cls.__name__} has flow='{conv.flow}'; only source_to_target "
                          f"runs on a part (the in-edges of its rows)")
@@ -319,13 +322,15 @@ def _distribute(module: nn.Module) -> nn.Module:
 
     if not isinstance(module, nn.Module):
         raise TypeError(f"gd.nn.Distributed wraps a torch_geometric conv or model, not {type(module).__name__}")
+    for name, m in module.named_modules():  # refused before anything is converted: no half-converted model
+        if refusal(type(m)):
+            where = f"'{name}' " if name else ""
+            raise UsageError(f"gd.nn.Distributed: {where}{type(m).__name__} cannot run on a part: {refusal(type(m))}")
     convs = 0
     for name, m in module.named_modules():
         where = f"'{name}' " if name else ""
         if isinstance(m, Distributed):
             convs += 1
-        elif refusal(type(m)):
-            raise UsageError(f"gd.nn.Distributed: {where}{type(m).__name__} cannot run on a part: {refusal(type(m))}")
         elif isinstance(m, PyGMessagePassing):
             _convert_conv(m, where)
             convs += 1
