@@ -112,28 +112,21 @@ PLAIN = {
 }
 
 
-def gcn(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
-    return gd.nn.Distributed(PLAIN["gcn"](num_features, num_classes, config))
+def _distributed(name: str):
+    """The builder `--model examples/pyg_models.py:<name>` calls: the plain PyG model, wrapped."""
+    def build(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
+        return gd.nn.Distributed(PLAIN[name](num_features, num_classes, config))
+
+    build.__name__ = name
+    return build
 
 
-def gcn_example(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
-    return gd.nn.Distributed(PLAIN["gcn_example"](num_features, num_classes, config))
-
-
-def gcn_example_uncached(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
-    return gd.nn.Distributed(PLAIN["gcn_example_uncached"](num_features, num_classes, config))
-
-
-def gcn2(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
-    return gd.nn.Distributed(PLAIN["gcn2"](num_features, num_classes, config))
-
-
-def appnp(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
-    return gd.nn.Distributed(PLAIN["appnp"](num_features, num_classes, config))
-
-
-def sgc(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
-    return gd.nn.Distributed(PLAIN["sgc"](num_features, num_classes, config))
+gcn = _distributed("gcn")
+gcn_example = _distributed("gcn_example")
+gcn_example_uncached = _distributed("gcn_example_uncached")
+gcn2 = _distributed("gcn2")
+appnp = _distributed("appnp")
+sgc = _distributed("sgc")
 
 
 def gcn_gd(num_features: int, num_classes: int, config: "gd.ModelConfig") -> torch.nn.Module:
