@@ -34,6 +34,7 @@ from tests.pyg_wrap_cases import (
 
 GRAPH = random_graph()
 TOL = dict(rtol=1e-5, atol=1e-6)
+RUNS: dict[int, dict[str, tuple[float, float]]] = {}  # P -> case -> (max diff of outputs, of parameter gradients)
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +106,7 @@ def test_wrapped_layers_equal_one_process(world, references, tmp_path):
             np.testing.assert_allclose(got[k], ref[k], **TOL, err_msg=f"{name} {k} P={world}")
         d_grad = max((_max_diff(got[k], ref[k]) for k in grads), default=float("nan"))
         table.append((name, _max_diff(got["out"], ref["out"]), d_grad))
+        RUNS.setdefault(world, {})[name] = table[-1][1:]
     want = attention_reference(GRAPH)
     for kind in ("wrapped", "own"):  # every edge once, loops included, and its weights
         got = _attention(out_dir, kind, world)
@@ -129,6 +131,51 @@ def test_wrapped_layers_equal_one_process(world, references, tmp_path):
                 assert not np.allclose(losses, exact[name], rtol=1e-7, atol=0), (setting, name, losses)
                 scale = 0.2 * float(np.abs(exact[name]).max())  # and near: within 20% of the losses' size
                 np.testing.assert_allclose(losses, exact[name], rtol=0, atol=scale, err_msg=f"{setting} {name}")
+
+
+def conv_table(runs: dict) -> list[str]:
+    """docs/layers.md's table rows from the P = 2 and 4 runs: every conv of torch_geometric.nn.conv.__all__, its
+    path, and the largest difference of its cases (outputs / parameter gradients; "-": no parameters)."""
+    import torch_geometric.nn.conv as pyg_conv
+
+    from gnn_dist.nn.pyg_wrap import path_of
+
+    fmt = lambda v: "-" if np.isnan(v) else f"{v:.0e}"
+    rows = ["| conv | path | P=2 out / grad | P=4 out / grad |", "|---|---|---|---|"]
+    for name in pyg_conv.__all__:
+        path = path_of(getattr(pyg_conv, name))
+        mine = [c for c in cases() if c == name or c.startswith(f"{name}-")]
+        if name == "MessagePassing":  # the base class: a subclass of yours takes its path
+            cells = ["(your subclass)"] * 2
+        elif not mine:
+            cells = ["not run"] * 2 if not path.startswith("refused") else ["-"] * 2
+        else:
+            cells = [" / ".join(fmt(max(runs[w][c][i] for c in mine)) for i in (0, 1)) for w in (2, 4)]
+        rows.append(f"| {name} | {path} | {cells[0]} | {cells[1]} |")
+    return rows
+
+
+@pytest.mark.slow
+def test_the_docs_table_is_what_the_runs_give():
+    """The table in docs/layers.md, made again from this session's P = 2 and 4 runs (the test above): the same
+    rows and paths, and each difference within a factor of 10 of the one measured now (float sums may round
+    apart between machines). `python scripts/pyg_conv_table.py` prints it."""
+    if not {2, 4} <= set(RUNS):
+        pytest.skip("needs this module's P = 2 and 4 runs in the same session")
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "layers.md").read_text()
+    docs = text.split("<!-- conv-table -->\n")[1].split("<!-- /conv-table -->")[0].strip().splitlines()
+    made = conv_table(RUNS)
+    assert docs[:2] == made[:2] and len(docs) == len(made)
+    for d, m in zip(docs[2:], made[2:]):
+        dc, mc = [c.strip() for c in d.strip("|").split("|")], [c.strip() for c in m.strip("|").split("|")]
+        assert dc[:2] == mc[:2], (d, m)
+        for a, b in zip(" / ".join(dc[2:]).split(" / "), " / ".join(mc[2:]).split(" / ")):
+            if a in ("-", "not run", "(your subclass)") or b in ("-", "not run", "(your subclass)"):
+                assert a == b, (d, m)
+            else:
+                assert abs(np.log10(max(float(a), 1e-12) / max(float(b), 1e-12))) <= 1, (d, m)
 
 
 def test_state_dict_keys_stay_pygs_and_the_model_copies():
