@@ -371,6 +371,11 @@ def test_cached_convs_keep_a_plain_cache_and_a_part_cache_apart():
         for _ in range(2):
             torch.testing.assert_close(converted(x, edge_index), on_plain(x, edge_index))
             torch.testing.assert_close(converted(graph.x, graph), on_graph(graph.x, ei), **TOL)
+        for twin in (converted, on_graph):  # a reset drops the caches, the part's too: SGConv propagates 2x again
+            state = {k: v.clone() for k, v in twin.state_dict().items()}
+            twin.reset_parameters()
+            twin.load_state_dict(state)
+        torch.testing.assert_close(converted(2 * graph.x, graph), on_graph(2 * graph.x, ei), **TOL)
 
 
 def test_what_the_propagate_path_cannot_do_is_one_line():
@@ -381,9 +386,10 @@ def test_what_the_propagate_path_cannot_do_is_one_line():
     learned = torch.ones(GRAPH.num_edges, requires_grad=True)
     with pytest.raises(ValueError, match="get_laplacian with edge weights that need gradients"):
         cheb(graph.x, graph, edge_weight=learned)
-    with pytest.raises(UsageError, match="decomposed_layers=2"):
-        gd.nn.Distributed(GCNConv(5, 3, decomposed_layers=2))
     first = GCNConv(5, 3)
+    with pytest.raises(UsageError, match="decomposed_layers=2"):
+        gd.nn.Distributed(torch.nn.Sequential(first, GCNConv(3, 3, decomposed_layers=2)))
+    assert type(first) is GCNConv
     with pytest.raises(UsageError, match="HypergraphConv cannot run on a part"):
         from torch_geometric.nn import HypergraphConv
 

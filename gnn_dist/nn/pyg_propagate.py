@@ -392,18 +392,20 @@ def run_on_part(conv, cls: type, bound: dict, graph_name: str, graph: LocalGraph
     bound[graph_name] = edges
     held = [k for k in CACHES if k in conv.__dict__]
     plain = {k: conv.__dict__[k] for k in held}
-    entry = graph.cache(("pyg-conv-caches", id(conv)), lambda: [weakref.ref(conv), {}])
-    if entry[0]() is not conv:  # (another conv's, which lived at this address before)
-        entry[:] = [weakref.ref(conv), {}]
+    resets = conv.__dict__.get("_gd_resets", 0)  # (reset_parameters drops the part's caches, as PyG's own)
+    entry = graph.cache(("pyg-conv-caches", id(conv)), lambda: [weakref.ref(conv), {}, resets])
+    if entry[0]() is not conv or entry[2] != resets:  # another conv's (it lived at this address), or reset since
+        entry[:] = [weakref.ref(conv), {}, resets]
     part = entry[1]
     conv.__dict__.update({k: part.get(k) for k in held})
     try:
         with _on_part(conv, cls, graph, PartNorms(graph, edges)):
             return cls.forward(conv, **bound)
     except IndexError as e:
-        raise IndexError(f"gd.nn.Distributed({cls.__name__}): its forward indexed past this part's rows ({e}); a conv "
-                         f"that reads per-node values at its edges outside propagate (e.g. degree(col)[row]) cannot "
-                         f"run on a part: read them in message() as <name>_j, or see docs/layers.md") from e
+        raise IndexError(f"gd.nn.Distributed({cls.__name__}): its forward raised IndexError ({e}); if it reads "
+                         f"per-node values at its edges outside propagate (e.g. degree(col)[row]), that cannot run on "
+                         f"a part, whose sources include halo rows: read them in message() as <name>_j "
+                         f"(docs/layers.md)") from e
     finally:
         part.update({k: conv.__dict__.get(k) for k in held})
         conv.__dict__.update(plain)

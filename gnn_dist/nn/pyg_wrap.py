@@ -177,6 +177,11 @@ class Distributed(nn.Module):
             split = not _row_coupled(self)
             return self._gd_run(graph, src, dst, rest, edge, blocks(graph, loops, split))
 
+    def reset_parameters(self):
+        """PyG's reset; the conv's caches on parts (`cached=True`) are dropped too, as PyG drops its own."""
+        _pyg_class(type(self)).reset_parameters(self)
+        self.__dict__["_gd_resets"] = self.__dict__.get("_gd_resets", 0) + 1
+
     def _gd_propagate(self, bound: dict):
         """A conv without a pair: its own forward on the inner rows, the halo fetched at each propagate."""
         cls = _pyg_class(type(self))
@@ -304,7 +309,8 @@ def _distributed_class(cls: type) -> type:
     return _CLASSES[cls]
 
 
-def _convert_conv(conv: nn.Module, where: str) -> None:
+def _check_conv(conv: nn.Module, where: str) -> None:
+    """One line for a conv that this instance's settings keep from running on a part."""
     cls = type(conv)
     if not _takes_pair(cls) and getattr(conv, "decomposed_layers", 1) > 1:
         raise UsageError(f"gd.nn.Distributed: {where}{cls.__name__} has decomposed_layers="
@@ -312,7 +318,10 @@ def _convert_conv(conv: nn.Module, where: str) -> None:
     if getattr(conv, "flow", "source_to_target") != "source_to_target":
         raise UsageError(f"gd.nn.Distributed: {where}{cls.__name__} has flow='{conv.flow}'; only source_to_target "
                          f"runs on a part (the in-edges of its rows)")
-    conv.__class__ = _distributed_class(cls)
+
+
+def _convert_conv(conv: nn.Module) -> None:
+    conv.__class__ = _distributed_class(type(conv))
 
 
 def _distribute(module: nn.Module) -> nn.Module:
@@ -323,16 +332,18 @@ def _distribute(module: nn.Module) -> nn.Module:
     if not isinstance(module, nn.Module):
         raise TypeError(f"gd.nn.Distributed wraps a torch_geometric conv or model, not {type(module).__name__}")
     for name, m in module.named_modules():  # refused before anything is converted: no half-converted model
+        where = f"'{name}' " if name else ""
         if refusal(type(m)):
-            where = f"'{name}' " if name else ""
             raise UsageError(f"gd.nn.Distributed: {where}{type(m).__name__} cannot run on a part: {refusal(type(m))}")
+        if isinstance(m, PyGMessagePassing) and not isinstance(m, Distributed):
+            _check_conv(m, where)
     convs = 0
     for name, m in module.named_modules():
         where = f"'{name}' " if name else ""
         if isinstance(m, Distributed):
             convs += 1
         elif isinstance(m, PyGMessagePassing):
-            _convert_conv(m, where)
+            _convert_conv(m)
             convs += 1
         elif type(m) is nn.BatchNorm1d:
             m.__class__ = BatchNorm  # the same parameters and buffers, statistics over every rank's rows
