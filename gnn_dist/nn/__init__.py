@@ -6,7 +6,7 @@ from gnn_dist.nn.export import PyGNN, to_pyg
 from gnn_dist.nn.message_passing import MessagePassing, segment_softmax
 from gnn_dist.nn.models import GNN, MODELS, build_model
 from gnn_dist.nn.norm import BatchNorm
-from gnn_dist.nn.pyg_propagate import degree_histogram
+from gnn_dist.nn.pyg_part_norms import degree_histogram
 from gnn_dist.nn.pyg_wrap import Distributed
 from gnn_dist.nn.registry import REGISTRY, ModelConfig
 from gnn_dist.nn.typed import HeteroConv, RGCNConv, TypedGNN, TypedLinear
