@@ -15,8 +15,8 @@ EXIT_CODES = {"usage": 2, "data": 2, "partition-format": 2, "launch": 2, "error"
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not usage + message
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        sys.exit(2)
+        say_error(f"{self.prog}: error: ", message)
+        sys.exit(end_job(2))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = int(args.run(args) or 0)
     except GnnDistError as e:
-        sys.stderr.write(f"gnn-dist {args.command}: error: {e}\n")
+        say_error(f"gnn-dist {args.command}: error: ", str(e))
         rc = EXIT_CODES[e.kind]
     except KeyboardInterrupt:
         sys.stderr.write(f"gnn-dist {args.command}: interrupted\n")
@@ -45,4 +45,24 @@ def main(argv: list[str] | None = None) -> int:
         from gnn_dist.runtime.launch import close_all
 
         close_all(rc)
+    return end_job(rc)
+
+
+def say_error(head: str, message: str) -> None:
+    """One line; under mpiexec, once for every rank that met the same error (gnn_dist.runtime.alike)."""
+    from gnn_dist.runtime import alike
+
+    alike.report(message, lambda who, text: f"{who}{head}{text}")
+
+
+def end_job(rc: int) -> int:
+    """`rc`; a failure under mpiexec first ends every rank with it (MPI_Abort), so that ranks left quiet by
+    `say_error`, and ranks that met no error, leave now with this code instead of waiting for their peers."""
+    if rc and rc != 130 and "mpi4py.MPI" in sys.modules:
+        from gnn_dist.runtime.alike import mpi_world
+
+        if mpi_world():
+            from gnn_dist.runtime.alike import mpi_abort
+
+            mpi_abort(rc)
     return rc

@@ -30,11 +30,11 @@ import torch
 import torch.distributed as dist
 
 from gnn_dist.errors import LaunchError
-from gnn_dist.runtime import cgroups, gpus, placement, tuning
+from gnn_dist.runtime import alike, cgroups, gpus, placement, tuning
 from gnn_dist.runtime import transport as halo_transport
 from gnn_dist.runtime.failure import describe_user_error, exit_code, exit_line, is_collective_failure, print_traceback
 from gnn_dist.runtime.malloc import keep_freed_memory
-from gnn_dist.runtime.rendezvous import Rendezvous, gloo_interface, mpi_abort, mpi_rendezvous, mpi_store
+from gnn_dist.runtime.rendezvous import Rendezvous, gloo_interface, mpi_rendezvous, mpi_store
 from gnn_dist.runtime.sentinel import Failure, Sentinel, Spec
 
 __all__ = ["DistContext", "init", "close_all", "describe_user_error", "is_collective_failure"]
@@ -110,7 +110,7 @@ class DistContext:
         `publish` tells every peer that this rank failed on its own, so they
         leave at once, quietly and with `code`: under mpiexec by MPI_Abort,
         after which mpiexec ends every rank and exits with `code`
-        (`rendezvous.mpi_abort`); otherwise through the store, where rank 0,
+        (`alike.mpi_abort`); otherwise through the store, where rank 0,
         whose process holds it, waits (at most DRAIN_S) until its peers have
         gone. The first failure
         in a process wins: a second thread failing meanwhile (the main
@@ -126,14 +126,13 @@ class DistContext:
             except Exception:
                 pass
         try:
-            if message is not None:
-                sys.stderr.write(f"[rank {self.rank}] gnn-dist: error: {message}\n")
-            sys.stderr.flush()
             sys.stdout.flush()
-        except (OSError, ValueError):  # the launcher may already have closed our stderr
+        except (OSError, ValueError):  # the launcher may already have closed our output
             pass
+        if message is not None:  # under mpiexec once, by the lowest rank that met it (gnn_dist.runtime.alike)
+            alike.report(message, lambda who, text: f"{who or f'[rank {self.rank}] '}gnn-dist: error: {text}")
         if publish and self.launcher == "mpiexec" and self.world_size > 1:
-            mpi_abort(code)
+            alike.mpi_abort(code)
         if self.sentinel is not None:
             if publish:
                 self.sentinel.publish(code)

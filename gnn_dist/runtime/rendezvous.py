@@ -10,15 +10,11 @@ host is on. Under torchrun the store is torchrun's (`env://`).
 """
 from __future__ import annotations
 
-import ctypes
 import datetime
 import fcntl
 import os
 import socket
-import stat
 import struct
-import termios
-import time
 from dataclasses import dataclass
 
 import torch.distributed as dist
@@ -148,52 +144,3 @@ def mpi_store(rv: Rendezvous, timeout: datetime.timedelta) -> dist.TCPStore:
         return dist.TCPStore(rv.addr, rv.port, rv.size, True, timeout, wait_for_workers=False,
                              master_listen_fd=fd, use_libuv=compat.STORE_LIBUV_TAKES_FD)
     return dist.TCPStore(rv.addr, rv.port, rv.size, False, timeout)
-
-
-_HANDLERS: list = []  # exit handlers handed to libc: kept alive
-
-
-def mpi_abort(code: int) -> None:
-    """End every rank of an mpiexec launch now, mpiexec itself exiting with `code`.
-
-    Why not just exit: MPICH's hydra (5.0.2) kills the other ranks as soon as one ends without
-    MPI_Finalize, and records the status of a rank it killed only when it happens to reap it early
-    (9), so mpiexec's code would race between `code` and 9. On an MPI_Abort, mpiexec kills every rank and
-    exits with the abort's code. MPICH then prints "Abort(N) on node R ..." and calls exit(), which would
-    run C++ static destructors beside gloo's live threads: stderr goes to /dev/null first (this rank's
-    line is already out), and an exit handler registered last leaves with os._exit before any destructor.
-    Before aborting, the rank waits (at most a second) until the launcher has read what it printed: an
-    abort that overtakes the line in hydra's proxy loses it (seen on a loaded 2-core box).
-    """
-    from mpi4py import MPI
-
-    if not MPI.Is_initialized() or MPI.Is_finalized():
-        return
-    handler = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: os._exit(code))
-    _HANDLERS.append(handler)
-    ctypes.CDLL(None).__cxa_atexit(handler, None, None)
-    wait_until_read((1, 2))
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    MPI.COMM_WORLD.Abort(code)
-
-
-
-def wait_until_read(fds: tuple[int, ...], limit_s: float = 1.0) -> None:
-    """Return once the pipes behind `fds` are empty (their reader has taken every byte), or after `limit_s`.
-
-    Linux answers FIONREAD on either end of a pipe with the bytes still in it. Files and terminals are
-    not waited for: what is written to them is already where it goes.
-    """
-    deadline = time.monotonic() + limit_s
-    for fd in fds:
-        try:
-            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-                continue
-            while time.monotonic() < deadline:
-                left = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
-                if left == 0:
-                    break
-                time.sleep(0.005)
-        except OSError:
-            continue
