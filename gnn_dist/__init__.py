@@ -38,7 +38,7 @@ _EXPORTS = {
     "local_typed": "gnn_dist.graph.typed", "SnapshotSequence": "gnn_dist.graph.dynamic",
     "DynamicTrainer": "gnn_dist.train.dynamic", "LinkTrainer": "gnn_dist.train.link",
     "ExchangeConfig": "gnn_dist.runtime.exchange", "ModelConfig": "gnn_dist.nn.registry",
-    "UsageError": "gnn_dist.errors", "LaunchError": "gnn_dist.errors",
+    "UsageError": "gnn_dist.errors", "LaunchError": "gnn_dist.errors", "load_model": "gnn_dist.cli.model_file",
 }
 __all__ = ["nn", *_EXPORTS]
 

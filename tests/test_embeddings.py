@@ -134,6 +134,29 @@ def test_embedding_checkpoint_resumes_and_predicts_on_another_rank_count(feature
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     np.testing.assert_allclose(np.load(tmp_path / "o.npy"), logits.float().numpy(), rtol=1e-4, atol=1e-5)
+    # the same file from Python: gd.load_model gives each rank its own rows of the table
+    np.save(tmp_path / "ref.npy", logits.float().numpy())
+    (tmp_path / "load.py").write_text(LOAD_SCRIPT)
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(tmp_path / "load.py"), str(p2), str(model),
+                        str(tmp_path / "ref.npy")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.count("rows match") == 2, r.stdout + r.stderr[-2000:]
+
+
+LOAD_SCRIPT = """
+import sys
+import numpy as np
+import torch
+import gnn_dist as gd
+
+with gd.init() as ctx:
+    part = gd.load_partition(sys.argv[1], ctx)
+    model = gd.load_model(sys.argv[2], part, ctx).eval()
+    with torch.no_grad():
+        out = model(part.x, part)
+    ref = np.load(sys.argv[3])[np.asarray(part.global_ids[: part.num_inner])]
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-5)
+    print(f"rank {ctx.rank}: {len(ref)} rows match")
+"""
 
 
 @pytest.mark.slow

@@ -56,3 +56,27 @@ def read(path: str | Path, named: str | None) -> tuple[argparse.Namespace, dict]
     check(name)  # a user's model, named on the command line: importable from here?
     rebuild = {k: v for k, v in model.items() if k in FIELDS and k != "name"}
     return argparse.Namespace(model=name, seed=0, **rebuild), state
+
+
+def rebuild(flags: argparse.Namespace, weights: dict, graph, ctx, source: str):
+    """The model `read` described, built for this rank's part, with the saved weights and this rank's own rows
+    of any learnable node table; one line (naming `source`) if they do not fit this part."""
+    from gnn_dist.cli.train import build_user_or_builtin
+    from gnn_dist.train.checkpoint import load_model_state
+
+    width = flags.hidden if getattr(flags, "task", "node") == "link" else graph.num_classes  # link: embeddings
+    model = build_user_or_builtin(flags, ctx, graph, width)
+    load_model_state(model, weights, source)
+    return model
+
+
+def load_model(path: str | Path, part, ctx, model: str | None = None):
+    """A `gnn-dist train --save-model` file as a model for this rank's `part` (gd.load_model).
+
+    Why not torch.load and load_state_dict: the file stores every learnable node row (graphs without
+    features), and each rank must take only the rows of the nodes it owns; the model is rebuilt from the
+    file's own spec (name, hidden, layers, heads, ...). Nothing but data is read: a model of your own is
+    rebuilt only if `model` names it again ("mymodels:build" or "FILE.py:build"), as `predict --model` does.
+    """
+    flags, weights = read(path, model)
+    return rebuild(flags, weights, part, ctx, f"{path} (on this partition)")

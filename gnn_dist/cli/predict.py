@@ -50,21 +50,18 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from gnn_dist.cli import model_file
-    from gnn_dist.cli.train import build_user_or_builtin, load_graph
+    from gnn_dist.cli.train import load_graph
     from gnn_dist.nn import registry
     from gnn_dist.runtime.launch import init
-    from gnn_dist.train.checkpoint import load_model_state
 
     t, weights = model_file.read(args.model_file, args.model)  # data only; a user's model named again, or refused
     ctx = init(backend=args.backend, timeout_s=args.timeout, expected_world=meta["num_parts"],
                gpu_memory_fraction=args.gpu_memory_fraction)
     t.partition = args.partition
     graph = load_graph(t, ctx, meta)
-    width = t.hidden if getattr(t, "task", "node") == "link" else graph.num_classes  # link: embeddings
-    model = build_user_or_builtin(t, ctx, graph, meta, width)
+    model = model_file.rebuild(t, weights, graph, ctx, f"{args.model_file} (on this partition)")
     if args.output == "embeddings" and not registry.accepts_embed(model):
         raise UsageError(f"--output embeddings needs a model whose forward takes embed=True; {t.model}'s does not")
-    load_model_state(model, weights, f"{args.model_file} (on this partition)")
     model.to(ctx.device).eval()  # eval mode under no_grad: exact messages
     with torch.no_grad():
         out = model(graph.x, graph, embed=True) if args.output == "embeddings" else model(graph.x, graph)

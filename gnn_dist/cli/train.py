@@ -273,7 +273,7 @@ def static_setup(args: argparse.Namespace, ctx, meta: dict):
     """Node classification or link prediction on a static or typed graph."""
     graph = load_graph(args, ctx, meta, exchange_config(args), verify=not args.no_verify)
     width = args.hidden if args.task == "link" else graph.num_classes  # link: the model emits embeddings
-    model = build_user_or_builtin(args, ctx, graph, meta, width)
+    model = build_user_or_builtin(args, ctx, graph, width)
     if args.exchange == "auto":
         auto_exchange(args, ctx, graph, width)
     best = lambda f: f" (weights of best epoch {f['best_epoch'] + 1})" if "best_epoch" in f else ""  # noqa: E731
@@ -341,7 +341,7 @@ def load_graph(args: argparse.Namespace, ctx, meta: dict, exchange=None, verify:
     return graph
 
 
-def build_user_or_builtin(args: argparse.Namespace, ctx, graph, meta: dict, num_classes: int):
+def build_user_or_builtin(args: argparse.Namespace, ctx, graph, num_classes: int):
     """The model --model names, with learnable rows for nodes without features; an error inside a user's
     builder is reported as that code's error."""
     from gnn_dist.nn.embedding import Embedded, input_widths, with_embeddings
@@ -350,7 +350,8 @@ def build_user_or_builtin(args: argparse.Namespace, ctx, graph, meta: dict, num_
 
     dim = getattr(args, "embedding_dim", None) or args.hidden
     width, dims = input_widths(graph, dim)
-    typed = {} if graph.types is None else {"feature_dims": dims, "edge_types": tuple(meta["edge_types"])}
+    typed = {} if graph.types is None else {"feature_dims": dims,
+                                            "edge_types": tuple(":".join(e) for e in graph.types.edge_types)}
     try:
         model = with_embeddings(build(args.model, width, num_classes, model_config(args, **typed)), graph, dim, args.seed)
     except GnnDistError:
