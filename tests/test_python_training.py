@@ -1,6 +1,7 @@
 """docs/training.md's "Training from Python" block runs as written (one process, on a 1-part partition)."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -32,3 +33,5 @@ def test_the_python_training_block_runs(tmp_path):
     assert (tmp_path / "weights.pt").is_file() and (tmp_path / "ck" / "checkpoint.pt").is_file()
     again = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "already at epoch 3 of 3" in again.stderr, again.stderr[-2000:]
+    last = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[-1])  # the second run's one record
+    assert last["resumed_finished"] is True and last["epoch"] == 2 and 0 <= last["test_acc"] <= 1, last

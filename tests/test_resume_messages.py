@@ -23,6 +23,8 @@ def test_resume_says_what_it_did(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "already at epoch 4 of 4" in r.stderr and "final epoch 4/4: train acc" in r.stdout
     assert "nan" not in r.stdout + r.stderr and "None" not in r.stdout + r.stderr
+    last = json.loads(log.read_text().splitlines()[-1])  # the log says so too: one record, nothing trained
+    assert last["resumed_finished"] is True and last["epoch"] == 3 and "loss" not in last and "test_acc" in last, last
     log.unlink()
     r = train(6)
     assert r.returncode == 0, r.stderr

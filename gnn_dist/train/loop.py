@@ -131,7 +131,8 @@ class Loop:
     def fit(self, epochs: int, resume: bool = False) -> dict:
         start = self._resume() if resume else 0
         record: dict = {}
-        if start >= epochs:  # a finished run resumed: nothing to train, its checkpoint's metrics
+        finished = start >= epochs
+        if finished:  # a finished run resumed: nothing to train, its checkpoint's metrics
             self._say(f"already at epoch {start} of {epochs}: nothing left to train (--epochs is the total); "
                       f"the checkpoint's metrics follow")
             record = {"epoch": start - 1}
@@ -169,6 +170,8 @@ class Loop:
             record = dict(record, **self.task.evaluate(), best_epoch=self.best["epoch"])
         elif not any(k.startswith("test_") for k in record) and (epochs > start or record):
             record.update(self.task.evaluate())
+        if finished:  # the log says what this run did: it trained nothing and evaluated the checkpoint's weights
+            self._log(dict(record, resumed_finished=True))
         return record
 
     def _track_best(self, epoch: int, record: dict) -> bool:
