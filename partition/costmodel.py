@@ -186,9 +186,10 @@ def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float
 
 
 def _threads(machine: Machine, num_parts: int) -> tuple[int, int]:
-    """(ranks on one host, threads per rank): the launcher gives each rank cores // local ranks, at least 1."""
+    """(ranks on one host, threads per rank): the launcher gives each rank its share of the host's cores, whole,
+    at least 1 (a host of 0.22 core runs one thread, which `epoch` then runs at 0.22 of a core)."""
     per_host = num_parts if machine.ranks_per_host == 0 else min(machine.ranks_per_host, num_parts)
-    return per_host, max(1, machine.cores_per_host // per_host)
+    return per_host, max(1, int(machine.cores_per_host // per_host))
 
 
 def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int) -> list[tuple]:
@@ -248,12 +249,15 @@ def through_bucket(sizes: Sequence[float], idle_s: Sequence[float], machine: Mac
     """Seconds each meeting's bytes take on the link. A link shaped by a token bucket (the network lab's tc
     tbf: `link_burst_bytes`) passes what the bucket holds at line speed and the rest at its rate; the
     bucket refills at that rate while the rank computes before the meeting (`idle_s`), up to the burst.
-    The epoch repeats, so the bucket's level is taken from a second pass."""
+    The epoch repeats, so the bucket's level is taken from a second pass. The bucket refills at the link's
+    configured rate where the profile has it (`link_rate_bytes_per_s`: tc tbf refills at what it was told,
+    whatever gloo then gets through), and what it lacks goes at the measured rate."""
     rate, burst = machine.link_bytes_per_s, machine.link_burst_bytes
+    refill = machine.link_rate_bytes_per_s or rate
     level, wires = burst, []
     for j in range(2 * len(sizes)):
         k = j % len(sizes)
-        level = min(burst, level + idle_s[k] * rate)
+        level = min(burst, level + idle_s[k] * refill)
         wires.append(max(0.0, sizes[k] - level) / rate)
         level = max(0.0, level - sizes[k])
     return wires[len(sizes):]

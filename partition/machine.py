@@ -3,7 +3,9 @@
 The cost model (partition.costmodel) turns a partition's counts into seconds with these figures. A profile
 is a small JSON file (`--machine FILE`, written by `gnn-dist profile-machine` or the network lab); without
 one, DEFAULT is used, the same on every machine, so the default partition does not depend on where it was
-made. Rates are per core; a rank runs on `cores_per_host / ranks sharing its host` cores.
+made. Rates are per core; a rank runs on `cores_per_host / ranks sharing its host` cores. A host may hold a
+fraction of a core (a container's CPU limit, the network lab's emulated hosts at `--cores-per-host 0.22`): its
+ranks compute at that fraction of a core's rates.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ class Machine:
     dense_per_core: float  # dense products: floating-point operations per second on one core
     elementwise_per_core: float  # elementwise passes (dropout, ReLU, bias, their gradients): values per second
     step_s: float  # a training step's fixed cost on one core, whatever the graph: Python, autograd, the optimiser
-    cores_per_host: int  # cores every rank on a host shares
+    cores_per_host: float  # cores every rank on a host shares; fractions for a CPU quota (older profiles: whole)
     ranks_per_host: int  # ranks placed on one host (0: all ranks on one host)
     link_bytes_per_s: float  # each rank's link, per direction
     latency_s: float  # per message, so per peer and all-to-all
@@ -38,15 +40,19 @@ class Machine:
     # and latency_s instead (the default profile, profiles without the measurement)
     epoch_fixed_s: float = 0.0
     epoch_fixed_ranks: int = 0  # how many ranks epoch_fixed_s was measured among (0: not recorded, older profiles)
+    # a shaped link's configured rate (the lab's tc tbf `--rate`), bytes per second: what its token bucket refills
+    # at, which a measured `link_bytes_per_s` (gloo's all-to-alls through it) does not say; 0: not shaped or not known
+    link_rate_bytes_per_s: float = 0.0
 
     def describe(self) -> str:
         """One line: what the predictions assume."""
         hosts = "all ranks on one host" if self.ranks_per_host == 0 else f"{self.ranks_per_host} rank(s) per host"
         return (f"machine '{self.name}': sparse {self.sparse_per_core / 1e9:.2f} G edge-columns/s, dense "
                 f"{self.dense_per_core / 1e9:.1f} GFLOP/s, elementwise {self.elementwise_per_core / 1e9:.2f} "
-                f"G values/s per core, step {self.step_s * 1e3:.1f} ms; {self.cores_per_host} cores per host, {hosts}; link "
+                f"G values/s per core, step {self.step_s * 1e3:.1f} ms; {self.cores_per_host:g} cores per host, {hosts}; link "
                 f"{self.link_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {self.latency_s * 1e6:.0f} us"
                 + (f", burst {self.link_burst_bytes / 1024:.0f} KiB" if self.link_burst_bytes else "")
+                + (f" (shaped at {self.link_rate_bytes_per_s * 8 / 1e9:.3g} Gbit/s)" if self.link_rate_bytes_per_s else "")
                 + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a host) read at {self.hot_rate / 1e9:.2f} "
                    f"G edge-columns/s" if self.cache_bytes else "")
                 + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else "")
@@ -83,16 +89,17 @@ DEFAULT = Machine(name="default", sparse_per_core=2.05e9, dense_per_core=33.0e9,
 # Each number's plausible range (low, high): a profile outside them is a typo or a lie, and the model's
 # seconds would overflow to inf or round to nothing. Rates span a slow core to a large accelerator.
 LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elementwise_per_core": (1e3, 1e15),
-          "step_s": (0.0, 3600.0), "cores_per_host": (1, 1 << 20), "ranks_per_host": (0, 1 << 20),
+          "step_s": (0.0, 3600.0), "cores_per_host": (0.01, 1 << 20), "ranks_per_host": (0, 1 << 20),
           "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15),
           "sparse_hot_per_core": (1e3, 1e15), "cache_bytes": (1024.0, 1e15),
-          "epoch_fixed_s": (1e-6, 3600.0), "epoch_fixed_ranks": (0, 1 << 20)}
+          "epoch_fixed_s": (1e-6, 3600.0), "epoch_fixed_ranks": (0, 1 << 20), "link_rate_bytes_per_s": (1e3, 1e13)}
 # absent from older profiles: 0, not measured
-OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "epoch_fixed_ranks")
+OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "epoch_fixed_ranks",
+            "link_rate_bytes_per_s")
 # 0 (not measured) or within LIMITS: a rate of 1e-300 would price a product at 1e305 s, and a fixed epoch of
 # 1e-320 s would switch the model to a measured fixed cost of nothing
-UNMEASURED_ZERO = ("sparse_hot_per_core", "cache_bytes", "epoch_fixed_s")
-WHOLE = ("cores_per_host", "ranks_per_host", "epoch_fixed_ranks")
+UNMEASURED_ZERO = ("sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "link_rate_bytes_per_s")
+WHOLE = ("ranks_per_host", "epoch_fixed_ranks")
 
 
 def _number(name: str, v: object, source: str) -> float | int:

@@ -48,7 +48,7 @@ class Epoch:
     """An epoch priced phase by phase: its seconds, and what they are made of."""
 
     seconds: float
-    compute_s: float  # the phases' makespans with every rank alone on its threads (no sharing)
+    compute_s: float  # the phases' makespans with every rank alone on its threads (no sharing), at its host's speed
     sharing_s: float  # what sharing the hosts' cores adds to that
     wire_s: float  # the meetings' time beyond what the ranks compute meanwhile
 
@@ -57,7 +57,9 @@ def epoch(ranks: Sequence[Sequence[Phase]], hosts: Sequence[Sequence[int]], slot
     """The epoch of ranks whose phases line up (phase j of every rank ends in meeting j): per phase, the
     slowest host's makespan of the work before the meeting, then the meeting, which lasts the longest
     rank's wire time or the slowest host's makespan of what ranks compute while it travels, whichever is
-    longer. `hosts`: the ranks of each host (they share `slots`)."""
+    longer. `hosts`: the ranks of each host (they share `slots`). A host of less than a runner (a CPU quota
+    of 0.22 core) runs even one rank at that fraction: its own speed, not sharing."""
+    speed = min(1.0, slots)
     total = alone = wire = 0.0
     for j in range(len(ranks[0])):
         phase = [r[j] for r in ranks]
@@ -65,6 +67,6 @@ def epoch(ranks: Sequence[Sequence[Phase]], hosts: Sequence[Sequence[int]], slot
         overlap = max(shared_makespan([phase[k].overlap_s for k in h], slots) for h in hosts)
         meet = max(p.wire_s for p in phase)
         total += work + max(meet, overlap)
-        alone += max(p.work_s for p in phase) + max(p.overlap_s for p in phase)
+        alone += (max(p.work_s for p in phase) + max(p.overlap_s for p in phase)) / speed
         wire += max(0.0, meet - overlap)
     return Epoch(total, alone, total - alone - wire, wire)

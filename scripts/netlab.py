@@ -316,8 +316,9 @@ def status() -> None:
 
 def profile(out: str, port: int = 29400, name: str | None = None) -> int:
     """`gnn-dist profile-machine --link` as one rank per host: the lab's links as gloo's all-to-alls get through
-    them, and the cores every rank shares; then the links' burst (tbf's bucket), which no sustained
-    measurement shows. Run from the repository root."""
+    them, and the cores every rank shares (a host's quota where it has one); then the links' burst (tbf's
+    bucket), which no sustained measurement shows, and their configured rate, which the bucket refills at.
+    Run from the repository root."""
     lab = json.loads(STATE.read_text()) if STATE.exists() else {}
     name = name or f"lab-{lab.get('hosts')}x{lab.get('rate')}"
     code = run([sys.executable, "-m", "gnn_dist", "profile-machine", "--link", "--out", out, "--name", name], port)
@@ -326,7 +327,8 @@ def profile(out: str, port: int = 29400, name: str | None = None) -> int:
 
         from partition.machine import load, save
 
-        save(dataclasses.replace(load(out), link_burst_bytes=float(BURST_BYTES)), out)
+        save(dataclasses.replace(load(out), link_burst_bytes=float(BURST_BYTES),
+                                 link_rate_bytes_per_s=rate_bytes_per_s(lab["rate"])), out)
     return code
 
 

@@ -114,6 +114,12 @@ def test_profiles_round_trip_and_bad_ones_fail_in_one_line(tmp_path):
     f.write_text("{not json")
     with pytest.raises(DataError, match="not JSON"):
         load(str(f))
+    # an emulated host: a fraction of a core and the lab's configured link rate; profiles before them still load
+    host = dataclasses.replace(ROUND, cores_per_host=0.22, link_rate_bytes_per_s=1.25e8)
+    save(host, str(f))
+    assert load(str(f)) == host and "0.22 cores per host" in host.describe() and "shaped at 1 Gbit/s" in host.describe()
+    old = {k: v for k, v in good.items() if k != "link_rate_bytes_per_s"}
+    assert from_dict(dict(old, cores_per_host=2), "old.json").cores_per_host == 2
 
 
 def test_a_wild_measurement_is_refused_and_the_old_profile_kept(tmp_path):
@@ -299,3 +305,16 @@ def test_info_run_reads_old_cut_and_garbage_logs(tmp_path):
             summarise_run(str(log))
     log.write_bytes(b"\xff\xfe garbage")
     one_error_line(run_cli("info", "--run", str(log)), "not text")
+
+
+def test_rates_measured_under_a_quota_are_a_whole_cores():
+    """A thread under a 0.25-core quota measures a quarter of a core's rates and four times its step: the
+    profile stores a whole core's, and the model prices the host at its 0.25 core."""
+    from gnn_dist.cli.profile_machine import per_core
+
+    measured = {"sparse_per_core": 1e8, "dense_per_core": 2e9, "elementwise_per_core": 5e7, "step_s": 4e-3,
+                "cache_bytes": 1e6, "sparse_hot_per_core": 2e8}
+    whole = per_core(measured, 0.25)
+    assert whole == {"sparse_per_core": 4e8, "dense_per_core": 8e9, "elementwise_per_core": 2e8, "step_s": 1e-3,
+                     "cache_bytes": 1e6, "sparse_hot_per_core": 8e8}
+    assert per_core(measured, 1.0) == measured

@@ -136,3 +136,25 @@ def test_linear_maps_fall_on_their_side_of_each_exchange():
     # exchange, its weight and input gradients (2 x) before the backward one
     d0, d1 = 2 * 1000 * 16 * 16 / 1e9, 2 * 1000 * 16 * 64 / 1e9
     assert works(16, 64) == pytest.approx([d0, 3 * d1, d0], abs=1e-9)
+
+
+def test_a_host_of_a_fraction_of_a_core_computes_at_that_fraction():
+    """An emulated host at 0.22 core (a CPU quota), one rank each: every rank is priced at its own host's
+    0.22 core, with no sharing between hosts; the meetings still wait for the slowest rank."""
+    parts = [{"inner": 1000, "central": 1000, "halo": 0, "sent": 0, "edges": 9000},
+             {"inner": 1000, "central": 1000, "halo": 0, "sent": 0, "edges": 3000}]
+    work = Workload(features=16, classes=4, hidden=16)
+    whole = dataclasses.replace(SPARSE_ONLY, cores_per_host=1, ranks_per_host=1)
+    quota = dataclasses.replace(whole, cores_per_host=0.22)
+    one, fifth = predict(parts, work, whole), predict(parts, work, quota)
+    assert one.epoch_s == pytest.approx(predict(parts[:1], work, whole).epoch_s)  # the busier part sets it
+    assert fifth.epoch_s == pytest.approx(one.epoch_s / 0.22) and fifth.bottleneck == "compute"
+
+
+def test_the_bucket_refills_at_the_configured_rate():
+    """tc tbf refills at the rate it was given (1000 B/s), although gloo gets only 100 B/s through the link:
+    after 0.1 s of computing the 200-byte bucket holds 100 bytes again, not 10."""
+    link = dataclasses.replace(SPARSE_ONLY, link_bytes_per_s=100.0, link_burst_bytes=200.0)
+    configured = dataclasses.replace(link, link_rate_bytes_per_s=1000.0)
+    assert through_bucket([300.0, 0.0], [0.1, 0.0], configured) == pytest.approx([2.0, 0.0])
+    assert through_bucket([300.0, 0.0], [0.1, 0.0], link) == pytest.approx([2.9, 0.0])

@@ -69,6 +69,15 @@ def cache_bytes() -> int:
     return sizes[max(sizes)] if sizes else 0
 
 
+def per_core(rates: dict, fraction: float) -> dict:
+    """Rates one thread measured under a quota of `fraction` of a core (< 1: a throttled thread runs that share
+    of the wall time) as a whole core's, so that the model, pricing the host at its fraction, counts it once.
+    The kernels run for many CFS periods (tens of ms at the default rows), so throttling averages out."""
+    out = {k: v / fraction if k.endswith("_per_core") else v for k, v in rates.items()}
+    out["step_s"] = rates["step_s"] * fraction
+    return out
+
+
 def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
     """Sparse edge-columns, dense flops and elementwise values per second on one thread, each kernel as a
     training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths;
@@ -286,13 +295,15 @@ def tiny_epoch(ctx, epochs: int = 100) -> float:
 
 def measure(args: argparse.Namespace):
     """The profile, or None on ranks other than 0 (with --link)."""
+    from gnn_dist.runtime.cgroups import usable_cpus
     from partition.machine import Machine
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cpus()  # the affinity, or a CPU quota where smaller: an emulated host of 0.22 core says 0.22
     if not args.link:
         link, latency = loopback_link(args.repeat)
         return Machine(name=args.name or socket.gethostname(), cores_per_host=cores, ranks_per_host=0,
-                       link_bytes_per_s=link, latency_s=latency, **compute_rates(args.rows, args.repeat))
+                       link_bytes_per_s=link, latency_s=latency,
+                       **per_core(compute_rates(args.rows, args.repeat), min(1.0, cores)))
     import torch
     import torch.distributed as dist
 
@@ -312,16 +323,17 @@ def measure(args: argparse.Namespace):
     dist.all_reduce(table)
     if ctx.rank != 0:
         return None
-    busy = min(ctx.local_size, cores)  # cores the host's ranks kept busy
+    busy = min(ctx.local_size, cores)  # cores the host's ranks kept busy (a fraction on an emulated host)
+    hosts = max(1, ctx.world_size // ctx.local_size)  # the rates summed over every host's ranks: a host's mean
     summed = dict(zip(sorted(rates), table.sum(0).tolist()))
-    per_core = {k: v / busy for k, v in summed.items() if k not in ("step_s", "cache_bytes", "epoch_fixed_s")}
-    per_core["cache_bytes"] = rates["cache_bytes"]
-    per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
-    per_core["epoch_fixed_s"] = summed["epoch_fixed_s"] / ctx.world_size  # the ranks' mean
-    per_core["epoch_fixed_ranks"] = ctx.world_size  # it holds for as many ranks: partition says when parts differ
+    rates_per_core = {k: v / (busy * hosts) for k, v in summed.items() if k not in ("step_s", "cache_bytes", "epoch_fixed_s")}
+    rates_per_core["cache_bytes"] = rates["cache_bytes"]
+    rates_per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
+    rates_per_core["epoch_fixed_s"] = summed["epoch_fixed_s"] / ctx.world_size  # the ranks' mean
+    rates_per_core["epoch_fixed_ranks"] = ctx.world_size  # it holds for as many ranks: partition says when parts differ
     return Machine(name=args.name or socket.gethostname(), cores_per_host=cores,
                    ranks_per_host=0 if ctx.local_size == ctx.world_size else ctx.local_size,
-                   link_bytes_per_s=link, latency_s=latency, **per_core)
+                   link_bytes_per_s=link, latency_s=latency, **rates_per_core)
 
 
 MAX_ROWS = 2_000_000  # the operands take about 1.7 KB a row (128 columns, 10 edges a row): 3.4 GB here
