@@ -43,8 +43,9 @@ import numpy as np
 from partition.errors import PartitionFormatError
 from partition.machine import Machine
 from partition.phases import Phase, epoch
+from partition.wire import for_width, row_bytes
 
-BYTES_PER_VALUE = 4  # fp32 rows on the wire
+BYTES_PER_VALUE = 4  # fp32 rows in memory (what a sparse product reads)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Workload:
     hidden: int = 16
     layers: int = 2
     overlap: bool = True  # central rows aggregate while the halo travels (train's default; --no-overlap off)
+    codec: str = "fp32"  # how halo rows and gradients travel (partition.wire: a fixed codec; fp32 is exact)
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, shari
 
 
 def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int, peers: int,
-                overlap: bool, fixed_s: float = 0.0, threads: int = 1) -> list[Phase]:
+                overlap: bool, fixed_s: float = 0.0, threads: int = 1, codec: str = "fp32") -> list[Phase]:
     """One rank's step as phases that end in meetings, at one core, in gnn_dist's order (nn.models,
     nn.message_passing.HaloSpMM): forward layer by layer, an exchanged layer's all-to-all starting before
     its product (after the linear map when it transforms first) and the central rows' share of the
@@ -210,7 +212,7 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
     runs into the next step's first phase). Its work sums to `rank_work`'s. A token-bucket link refills
     while the rank computes (on its `threads`: wall seconds, not one core's), and during its share of the
-    step's fixed cost and of the epoch's (`step_s`, `fixed_s`, spread evenly)."""
+    step's fixed cost and of the epoch's (`step_s`, `fixed_s`, spread evenly). Rows travel in `codec`."""
     c = min(1.0, float(part["central"]) / max(float(part["inner"]), 1.0)) if overlap else 0.0
     rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
     out: list[Phase] = []
@@ -219,7 +221,7 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
 
     def meet(before: float, during: float, width: int) -> None:
         out.append(Phase(cur + before, during))
-        sizes.append(rows * width * BYTES_PER_VALUE)
+        sizes.append(rows * row_bytes(width, for_width(codec, width)))
 
     terms = _layer_seconds(part, plan, machine, sharing)
     for la, (s, d, e_in, e_out) in zip(plan, terms):  # forward
@@ -290,7 +292,7 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
         one_core.append(s + d + e + graph_only.step_s)
-        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads)
+        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads, work.codec)
         phased.append(_on_threads(phases, threads, graph_only.step_s))
         # the step's fixed part runs on one thread; a measured fixed epoch holds it (added to the epoch once)
         compute = (s + d + e) / threads + graph_only.step_s
@@ -380,6 +382,6 @@ def prediction_record(pred: Prediction, machine: Machine, work: Workload) -> dic
                            "bottleneck": pred.bottleneck, "host_floor_s": round(pred.host_floor_s, 6),
                            "sharing_s": round(pred.sharing_s, 6), "fixed_s": round(pred.fixed_s, 6),
                            "workload": {"features": work.features, "classes": work.classes, "hidden": work.hidden,
-                                        "layers": work.layers, "overlap": work.overlap},
+                                        "layers": work.layers, "overlap": work.overlap, "codec": work.codec},
                            "rank_compute_s": [round(r.compute_s, 6) for r in pred.ranks],
                            "rank_wire_s": [round(r.wire_s, 6) for r in pred.ranks]}}

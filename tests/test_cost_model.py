@@ -318,3 +318,45 @@ def test_rates_measured_under_a_quota_are_a_whole_cores():
     assert whole == {"sparse_per_core": 4e8, "dense_per_core": 8e9, "elementwise_per_core": 2e8, "step_s": 1e-3,
                      "cache_bytes": 1e6, "sparse_hot_per_core": 8e8}
     assert per_core(measured, 1.0) == measured
+
+
+def test_a_partition_records_the_shape_it_was_priced_for_and_train_names_a_different_one(tmp_path):
+    """partition.json's priced_for holds --model, --hidden, --layers and --codec; a run of another shape gets
+    one line with what the model predicts for the shape actually run; a run the model cannot price, one line
+    saying so; the same shape, none."""
+    import argparse
+
+    from gnn_dist.cli.cost_report import shape_note
+
+    r = run_cli("partition", "--dataset", "karate", "--parts", "2", "--out", str(tmp_path / "p"), "--hidden", "64",
+                "--layers", "3", "--codec", "int8")
+    assert r.returncode == 0 and "hidden 64, 3 layers, int8 rows" in r.stdout, r.stdout + r.stderr
+    meta = json.loads((tmp_path / "p" / "partition.json").read_text())
+    assert meta["priced_for"] == {"model": "gcn", "hidden": 64, "layers": 3, "codec": "int8"}
+    run = lambda **kw: argparse.Namespace(**dict(  # noqa: E731 - train's flags as parsed
+        dict(partition="p", model="gcn", hidden=64, layers=3, codec="int8", exchange="flags", staleness=0,
+             skip_threshold=0.0, no_overlap=False, machine_profile=DEFAULT), **kw))
+    assert shape_note(run(), meta, 4) is None
+    note = shape_note(run(hidden=16, codec="fp32"), meta, 4)
+    work = lambda h, c: Workload(meta["num_features"], 4, h, 3, codec=c)  # noqa: E731
+    parts = [dict(p, sent=s) for p, s in zip(meta["parts"], meta["stats"]["send_per_part"])]
+    now, then = predict(parts, work(16, "fp32"), DEFAULT).epoch_s, predict(parts, work(64, "int8"), DEFAULT).epoch_s
+    assert note == (f"note: p was partitioned for --model gcn --hidden 64 --layers 3 --codec int8, this run has "
+                    f"--hidden 16, --codec fp32: the cost model predicts {now:.4g} s an epoch for it ({then:.4g} s for "
+                    f"the shape partitioned for); partition again with --hidden 16, --codec fp32 to fit the default "
+                    f"partition to it"), note
+    assert "not one the cost model prices" in shape_note(run(codec="adaptive"), meta, 4)
+    assert "not one the cost model prices" in shape_note(run(model="mymodels:build"), meta, 4)
+    assert shape_note(run(hidden=16), {k: v for k, v in meta.items() if k != "priced_for"}, 4) is None  # older
+
+
+def test_the_codec_prices_the_wire():
+    """int8 rows of 64 values cost 72 bytes against fp32's 256: a wire-bound rank's meetings shrink so."""
+    from partition.costmodel import rank_phases
+
+    part = {"inner": 1000, "central": 0, "halo": 1000, "sent": 1000, "edges": 0}
+    slow_link = dataclasses.replace(DEFAULT, link_bytes_per_s=1e6, latency_s=0.0, link_burst_bytes=0.0)
+    plan = layers(Workload(features=64, classes=64, hidden=64, layers=3))
+    wire = lambda codec: [ph.wire_s for ph in rank_phases(part, plan, slow_link, 1, 1, False, codec=codec)]  # noqa: E731
+    fp32, int8 = wire("fp32"), wire("int8")
+    assert [w for w in fp32 if w] == pytest.approx([0.256] * 4) and [w for w in int8 if w] == pytest.approx([0.072] * 4)

@@ -3,6 +3,7 @@ carries, and `info --run`'s table of predicted against measured seconds per rank
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Sequence
 
 from partition.errors import UsageError
@@ -25,15 +26,15 @@ def read_profile(path: str | None):
 def prediction(args: argparse.Namespace, ctx, meta: dict, classes: int) -> dict | None:
     """On rank 0 with --log, the cost model's prediction of this run's epoch, for the first logged epoch
     (`gnn-dist info --run` shows it beside the measured ones), where the model prices what runs: built-in
-    GCN layers on a static graph, exact fp32 halo rows, the input cache on; None elsewhere."""
+    GCN layers on a static graph, halo rows in a fixed codec, the input cache on; None elsewhere."""
     if not (args.log and ctx.is_main and args.model == "gcn" and "stats" in meta and meta.get("format_version") == 1
-            and args.codec == "fp32" and not args.staleness and not args.skip_threshold and not args.no_input_cache):
+            and run_shape(args) is not None and not args.no_input_cache):
         return None
     from partition import costmodel
 
     profile = args.machine_profile
     work = costmodel.Workload(features=meta["num_features"], classes=classes, hidden=args.hidden,
-                              layers=args.layers or 2, overlap=not args.no_overlap)
+                              layers=args.layers or 2, overlap=not args.no_overlap, codec=args.codec)
     pred = costmodel.predict(costmodel.parts_from_meta(meta), work, profile)
     return costmodel.prediction_record(pred, profile, work)
 
@@ -90,6 +91,60 @@ def say_machine(args: argparse.Namespace, graph) -> None:
             f"predictions are for {measured_among} ranks' fixed cost (take it with mpiexec -n {args.parts})")
 
 
+PRICED_MODELS = ("gcn", "sage", "gin", "gat")  # built-in models, priced with GCN's layer plan
+SHAPE_FLAGS = ("model", "hidden", "layers", "codec")  # what a partition is priced for (partition.json's priced_for)
+
+
+def priced_for(args: argparse.Namespace) -> dict:
+    """The run shape `partition` priced the default partition for, as partition.json records it."""
+    return {k: getattr(args, k) for k in SHAPE_FLAGS}
+
+
+def run_shape(args: argparse.Namespace) -> dict | None:
+    """This training run's shape in priced_for's terms; None where the cost model cannot price it (a user's
+    model, staleness or skipping, the adaptive codec, --exchange auto: what they send is not fixed)."""
+    fixed = (args.model in PRICED_MODELS and args.codec != "adaptive" and getattr(args, "exchange", "flags") == "flags"
+             and not args.staleness and not args.skip_threshold)
+    return {"model": args.model, "hidden": args.hidden, "layers": args.layers or 2, "codec": args.codec} if fixed else None
+
+
+def shape_note(args: argparse.Namespace, meta: dict, classes: int) -> str | None:
+    """One line where this run differs from the shape its partition was priced for (partition.json's
+    `priced_for`): which flags, and what the cost model predicts for the shape actually run beside the one
+    priced. None where they agree, or the partition recorded no shape (older ones, typed and dynamic)."""
+    priced = meta.get("priced_for")
+    if not isinstance(priced, dict) or "stats" not in meta or meta.get("format_version") != 1:
+        return None
+    shape = run_shape(args)
+    if shape is not None and all(shape[k] == priced.get(k) for k in SHAPE_FLAGS):
+        return None
+    flags = " ".join(f"--{k} {priced.get(k)}" for k in SHAPE_FLAGS)
+    head = f"note: {args.partition} was partitioned for {flags}"
+    if shape is None:
+        return (f"{head}; this run's model or exchange is not one the cost model prices (built-in models with a "
+                f"fixed codec), so the default partition may not suit it")
+    from partition import costmodel
+
+    differ = ", ".join(f"--{k} {shape[k]}" for k in SHAPE_FLAGS if shape[k] != priced.get(k))
+    parts, profile = costmodel.parts_from_meta(meta), args.machine_profile
+    epoch = lambda s: costmodel.predict(parts, costmodel.Workload(  # noqa: E731
+        meta["num_features"], classes, s["hidden"], s["layers"], not args.no_overlap, s["codec"]), profile).epoch_s
+    try:
+        then = epoch(priced)
+    except (KeyError, TypeError, ValueError):  # a priced_for edited by hand: the run's figure alone
+        then = None
+    return (f"{head}, this run has {differ}: the cost model predicts {epoch(shape):.4g} s an epoch for it"
+            + (f" ({then:.4g} s for the shape partitioned for)" if then is not None else "")
+            + f"; partition again with {differ} to fit the default partition to it")
+
+
+def say_shape(args: argparse.Namespace, ctx, meta: dict, kind: str) -> None:
+    """`shape_note` on rank 0's stderr, for plain graphs (the cost model prices no other)."""
+    width = args.hidden if args.task == "link" else meta["num_classes"]
+    if ctx.is_main and kind == "static" and (note := shape_note(args, meta, width)):
+        sys.stderr.write(f"[gnn-dist] {note}\n")
+
+
 def check_workload(args: argparse.Namespace) -> None:
     if args.hidden < 1 or args.layers < 1:
         raise UsageError(f"--hidden and --layers must be >= 1, got {args.hidden} and {args.layers}")
@@ -98,7 +153,8 @@ def check_workload(args: argparse.Namespace) -> None:
 def workload(args: argparse.Namespace, graph):
     from partition.costmodel import Workload
 
-    return Workload(features=graph.num_features, classes=graph.num_classes, hidden=args.hidden, layers=args.layers)
+    return Workload(features=graph.num_features, classes=graph.num_classes, hidden=args.hidden, layers=args.layers,
+                    codec=args.codec)
 
 
 def default_parts(args: argparse.Namespace, graph, kwargs: dict):
@@ -147,6 +203,7 @@ def predicted(args: argparse.Namespace, graph, written: dict) -> str:
     from partition.costmodel import format_ranks, parts_from_meta, predict
 
     pred = predict(parts_from_meta(written), workload(args, graph), args.machine_profile)
-    text = (f"cost model (GCN, hidden {args.hidden}, {args.layers} layers, machine "
+    plan = "" if args.model == "gcn" else ", GCN's layer plan"
+    text = (f"cost model ({args.model.upper()}{plan}, hidden {args.hidden}, {args.layers} layers, {args.codec} rows, machine "
             f"'{args.machine_profile.name}'): {pred.summary()}")
     return text + ("\n" + format_ranks(pred) if args.parts <= 32 and getattr(args, "verbose", True) else "")

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from gnn_dist import progress
 from gnn_dist.cli import cost_report
+from gnn_dist.cli.cost_report import PRICED_MODELS
 from partition.dynamic import Snapshots
 from partition.errors import DataError, UsageError
 from partition.methods import BALANCE_KEYS, WEIGHTED, constraint_balance
 from partition.typed import TypedGraph
+from partition.wire import CODECS
 
 
 def add_parser(sub) -> None:
@@ -48,6 +50,11 @@ def add_parser(sub) -> None:
     cost_report.add_machine_flag(p, "the cost model's choice of the default partition and its prediction")
     p.add_argument("--hidden", type=int, default=16, help="cost model: the hidden width you will train (default 16)")
     p.add_argument("--layers", type=int, default=2, help="cost model: the graph layers you will train (default 2)")
+    p.add_argument("--model", default="gcn", choices=PRICED_MODELS,
+                   help="cost model: the built-in model you will train (default gcn; the others are priced with "
+                        "GCN's layer plan: one sparse product and one linear map a layer)")
+    p.add_argument("--codec", default="fp32", choices=CODECS,
+                   help="cost model: how you will send halo rows (train's --codec; default fp32, exact)")
     p.add_argument("--objective", default=None, choices=["cut", "vol"],
                    help="metis and mtkahypar: edge cut, or communication volume (mtkahypar: exactly the halo rows, "
                         "as hypergraph connectivity of each node's out-neighbourhood) (default cut; metis's "
@@ -200,6 +207,7 @@ def static_meta(args: argparse.Namespace, graph, parts, kwargs: dict, balance: t
         "relabelled": graph.original_ids is not None,
         "constraints": constraint_balance(graph, parts, args.parts, balance),
         "chosen_by_cost": getattr(args, "cost_choice", None),
+        "priced_for": cost_report.priced_for(args),
     }
 
 

@@ -187,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
 
         args.runtime_bytes = resident_bytes()  # before the partition is read: the runtime's own share
     torch.manual_seed(args.seed)
+    cost_report.say_shape(args, ctx, meta, kind)  # one line where the partition was priced for another run shape
     setup = {"dynamic": dynamic_setup, "static": static_setup, "typed": static_setup}[kind]
     model, make_trainer, summary = setup(args, ctx, meta)
 

@@ -22,10 +22,9 @@ import numpy as np
 import torch
 
 from gnn_dist.runtime import kernels, streams, tuning
+from partition.wire import CODECS, INT_BITS, for_width, packed_width, row_bytes  # noqa: F401 - the codec's API
 
-INT_BITS = (8, 4, 2)
 FLOAT_CODECS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-CODECS = tuple(FLOAT_CODECS) + tuple(f"int{b}" for b in INT_BITS)
 
 
 @dataclass
@@ -45,28 +44,9 @@ class Encoded:
         return n
 
 
-def packed_width(width: int, bits: int) -> int:
-    per = 8 // bits
-    return (width + per - 1) // per
-
-
-def for_width(codec: str, width: int) -> str:
-    """The codec a row of `width` values travels in: int8 becomes fp16 for rows of at most 8 values.
-
-    An int8 record is width + 8 bytes (codes, then the row's min and scale),
-    fp16 is 2 width: for such rows fp16 costs no more, rounds to 11 bits
-    instead of 8, and is a cast rather than a quantisation (a GCN's last
-    layer sends rows as wide as the class count).
-    """
-    return "fp16" if codec == "int8" and width <= 8 else codec
-
-
 def wire_bytes(rows: int, width: int, codec: str) -> int:
     """Bytes a block costs on the wire; both sides compute it, so no size handshake is needed."""
-    if codec in FLOAT_CODECS:
-        return rows * width * torch.finfo(FLOAT_CODECS[codec]).bits // 8
-    bits = int(codec[3:])
-    return rows * (packed_width(width, bits) + 8)
+    return rows * row_bytes(width, codec)
 
 
 class DitherPool:
