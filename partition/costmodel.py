@@ -164,7 +164,8 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
     random-column rate. A row stays in cache (least recently used goes first) while the bytes read between
     two of its reads fit the rank's share of it (the last-level cache over the `sharing` ranks of a host):
     with a row's share of the reads f, 1 / f reads of row_bytes each, so the rows read at least
-    reads x row_bytes / share times. Parts without `top_reads` (older partitions) read every row cold."""
+    reads x row_bytes / share times. Parts without `top_reads` (older partitions) read every row cold. A
+    profile with a per-row rate (`sparse_row_per_core`) adds each output row's own work, whatever its edges."""
     reads = float(part["edges"]) + float(part["inner"])  # the operator's edges and the self loops
     top = part.get("top_reads")
     hot = 0.0
@@ -172,7 +173,8 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
         share = machine.cache_bytes / sharing
         rows = int(part["inner"]) + int(part["halo"])  # what top_reads counted: every row the product reads
         hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share, rows))
-    return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core) * layer.width
+    per_row = float(part["inner"]) / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0
+    return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core + per_row) * layer.width
 
 
 def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float]:
@@ -341,7 +343,8 @@ def node_seconds(in_degree: np.ndarray, work: Workload, machine: Machine) -> np.
     sparse = sum(la.width * (1 + la.backward_sparse) for la in plan)
     dense = sum(2.0 * la.d_in * la.d_out * (2 + (i > 0)) for i, la in enumerate(plan))
     elem = sum(2.0 * (la.d_in + la.d_out) for la in plan)
-    per_row = dense / machine.dense_per_core + elem / machine.elementwise_per_core
+    per_row = dense / machine.dense_per_core + elem / machine.elementwise_per_core + (
+        sparse / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0)
     return (np.asarray(in_degree, dtype=np.float64) + 1.0) * sparse / machine.sparse_per_core + per_row
 
 

@@ -43,6 +43,10 @@ class Machine:
     # a shaped link's configured rate (the lab's tc tbf `--rate`), bytes per second: what its token bucket refills
     # at, which a measured `link_bytes_per_s` (gloo's all-to-alls through it) does not say; 0: not shaped or not known
     link_rate_bytes_per_s: float = 0.0
+    # a sparse product's work per output row, whatever its edges (the row's loop, writing its output): output
+    # row-columns per second on one core. Weighs on parts of few edges a row (a grid's 4); 0: not measured, and
+    # then folded into the edge rates, as measured at 10 edges a row (profiles before it)
+    sparse_row_per_core: float = 0.0
 
     def describe(self) -> str:
         """One line: what the predictions assume."""
@@ -55,6 +59,7 @@ class Machine:
                 + (f" (shaped at {self.link_rate_bytes_per_s * 8 / 1e9:.3g} Gbit/s)" if self.link_rate_bytes_per_s else "")
                 + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a host) read at {self.hot_rate / 1e9:.2f} "
                    f"G edge-columns/s" if self.cache_bytes else "")
+                + (f"; sparse rows {self.sparse_row_per_core / 1e9:.2f} G row-columns/s" if self.sparse_row_per_core else "")
                 + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else "")
                 + (f" among {self.epoch_fixed_ranks} ranks" if self.epoch_fixed_s and self.epoch_fixed_ranks else ""))
 
@@ -92,13 +97,15 @@ LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elemen
           "step_s": (0.0, 3600.0), "cores_per_host": (0.01, 1 << 20), "ranks_per_host": (0, 1 << 20),
           "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15),
           "sparse_hot_per_core": (1e3, 1e15), "cache_bytes": (1024.0, 1e15),
-          "epoch_fixed_s": (1e-6, 3600.0), "epoch_fixed_ranks": (0, 1 << 20), "link_rate_bytes_per_s": (1e3, 1e13)}
+          "epoch_fixed_s": (1e-6, 3600.0), "epoch_fixed_ranks": (0, 1 << 20), "link_rate_bytes_per_s": (1e3, 1e13),
+          "sparse_row_per_core": (1e3, 1e15)}
 # absent from older profiles: 0, not measured
 OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "epoch_fixed_ranks",
-            "link_rate_bytes_per_s")
+            "link_rate_bytes_per_s", "sparse_row_per_core")
 # 0 (not measured) or within LIMITS: a rate of 1e-300 would price a product at 1e305 s, and a fixed epoch of
 # 1e-320 s would switch the model to a measured fixed cost of nothing
-UNMEASURED_ZERO = ("sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "link_rate_bytes_per_s")
+UNMEASURED_ZERO = ("sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "link_rate_bytes_per_s",
+                   "sparse_row_per_core")
 WHOLE = ("ranks_per_host", "epoch_fixed_ranks")
 
 

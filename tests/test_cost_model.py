@@ -360,3 +360,21 @@ def test_the_codec_prices_the_wire():
     wire = lambda codec: [ph.wire_s for ph in rank_phases(part, plan, slow_link, 1, 1, False, codec=codec)]  # noqa: E731
     fp32, int8 = wire("fp32"), wire("int8")
     assert [w for w in fp32 if w] == pytest.approx([0.256] * 4) and [w for w in int8 if w] == pytest.approx([0.072] * 4)
+
+
+def test_a_sparse_products_per_row_work_is_measured_and_priced():
+    """Per row-column, an edge costs 1 ns from cache (3 from memory) and the row 4 ns: 10 edges a row take
+    14 ns (34 cold), one edge 5 ns. The split gives back 1, 3 and 4 ns; a part of 4 edges a row (a grid's) is
+    then priced at its 5 reads a row plus the row, where the folded-in rate would price its reads alone."""
+    from gnn_dist.cli.profile_machine import split_row_cost
+    from partition.costmodel import sparse_seconds
+
+    cold, hot, row = split_row_cost(10 / 34e-9, 10 / 14e-9, 1 / 5e-9, 10)
+    assert (cold, hot, row) == pytest.approx((1 / 3e-9, 1 / 1e-9, 1 / 4e-9))
+    assert split_row_cost(1e9, 2e9, 2e9, 10) == (1e9, 2e9, 0.0)  # one edge no dearer than ten: noise, not measured
+    grid = {"inner": 1000, "halo": 0, "edges": 4000}
+    layer = layers(Workload(features=8, classes=8, hidden=8))[1]
+    flat = dataclasses.replace(DEFAULT, sparse_per_core=1 / 3e-9, cache_bytes=0.0)
+    rowed = dataclasses.replace(flat, sparse_row_per_core=1 / 4e-9)
+    assert sparse_seconds(grid, layer, flat) == pytest.approx(5000 * 3e-9 * layer.width)
+    assert sparse_seconds(grid, layer, rowed) == pytest.approx((5000 * 3e-9 + 1000 * 4e-9) * layer.width)

@@ -89,17 +89,21 @@ def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
     torch.set_num_threads(1)
     cache = cache_bytes()
     try:
-        sparse, hot, dense, elem = [], [], [], []
+        sparse, hot, per_row, dense, elem = [], [], [], [], []
         for d_in, d_out in WIDTHS:
             cold_rate, hot_rate = sparse_rates(rows, d_in, cache // sharing, repeat)
+            one_edge = sparse_rates(rows, d_in, cache // sharing, repeat, degree=1, cold=False)[1]
+            cold_rate, hot_rate, row_rate = split_row_cost(cold_rate, hot_rate, one_edge, 10)
             sparse.append(cold_rate)
             hot.append(hot_rate)
+            per_row.append(row_rate)
             x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
             dense.append(6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat))
             elem.append(elementwise_rate(x, repeat))
     finally:
         torch.set_num_threads(threads)
     return {"sparse_per_core": _harmonic(sparse), "sparse_hot_per_core": _harmonic(hot), "cache_bytes": float(cache),
+            "sparse_row_per_core": _harmonic(per_row) if all(per_row) else 0.0,
             "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
 
 
@@ -128,12 +132,26 @@ def elementwise_rate(x, repeat: int) -> float:
         streams.end()
 
 
-def sparse_rates(rows: int, width: int, share: int, repeat: int, degree: int = 10) -> tuple[float, float]:
+def split_row_cost(cold: float, hot: float, one_edge: float, degree: int) -> tuple[float, float, float]:
+    """(cold and hot edge rates without the per-row work, the per-row rate) from products of `degree` edges a
+    row (`cold`, `hot`: edge-columns per second) and of one edge a row from cache (`one_edge`). Per
+    row-column, t1 = e + r and t_degree = degree e + r (e an edge's seconds, r the row's): r = (degree t1 -
+    t_degree) / (degree - 1). Where noise makes r come out negative, the row rate is 0 (not measured) and
+    the edge rates stay as measured, the row's work folded in."""
+    t1, t_many = 1.0 / one_edge, degree / hot
+    row_s = (degree * t1 - t_many) / (degree - 1)
+    if row_s <= 0 or row_s / degree >= min(1.0 / cold, 1.0 / hot):
+        return cold, hot, 0.0
+    return 1.0 / (1.0 / cold - row_s / degree), 1.0 / (1.0 / hot - row_s / degree), 1.0 / row_s
+
+
+def sparse_rates(rows: int, width: int, share: int, repeat: int, degree: int = 10,
+                 cold: bool = True) -> tuple[float, float]:
     """Edge-columns per second of `rows` output rows of `degree` random columns each, `width` wide: the
     columns among rows twice the cache `share` (each read from memory), and among rows a quarter of it (each
     read from cache, as a power-law graph's hubs or a small part's rows; a quarter leaves room for the
     streams the product also reads and writes, which at a full share evict rows). Without a known cache,
-    both cold."""
+    both cold. `cold=False`: the second only (the first 0)."""
     import warnings
 
     import torch
@@ -151,8 +169,8 @@ def sparse_rates(rows: int, width: int, share: int, repeat: int, degree: int = 1
         return rows * degree * width / median_of(lambda: spmm(a, x), repeat)
 
     row_bytes = 4 * width
-    cold = rate(max(rows, 2 * share // row_bytes))
-    return cold, (rate(max(1, share // 4 // row_bytes)) if share else cold)
+    from_memory = rate(max(rows, 2 * share // row_bytes)) if cold or not share else 0.0
+    return from_memory, (rate(max(1, share // 4 // row_bytes)) if share else from_memory)
 
 
 def step_seconds(repeat: int) -> float:
