@@ -146,6 +146,18 @@ def test_empty_files_are_one_line(tmp_path):
         _nothing_written(tmp_path)
 
 
+def test_a_file_that_is_not_an_npz_is_one_line(tmp_path):
+    """An edge list, or a lone .npy, given to file: (which np.load would read as pickled data, or as one
+    array without .files): one line that says what file: reads and where an edge list goes."""
+    (tmp_path / "e.txt").write_text("# my edges\nsrc dst\n0 1\n1 2\n")
+    np.save(tmp_path / "a.npy", np.arange(4))
+    for name in ("e.txt", "a.npy"):
+        r = _partition_here(tmp_path, f"file:{tmp_path / name}")
+        one_error_line(r, f"is not an .npz archive (file: reads the project's or gnn-benchmark's npz layout; an edge "
+                          f"list is edges:{tmp_path / name}", strict=False)
+        _nothing_written(tmp_path)
+
+
 def _labelled(tmp_path, y, **extra):
     n = len(y)
     x = np.random.default_rng(0).normal(size=(n, 3)).astype(np.float32)

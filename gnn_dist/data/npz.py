@@ -33,6 +33,11 @@ def load_npz(rest: str, seed: int = 0, spec: str | None = None) -> Graph:
     f = Path(path)
     if not f.is_file():
         raise DataError(f"graph file {f} does not exist")
+    with open(f, "rb") as head:
+        magic = head.read(4)
+    if magic and magic != b"PK\x03\x04":  # np.load would read text as pickled data, and a .npy as one array
+        raise DataError(f"graph file {f} is not an .npz archive (file: reads the project's or gnn-benchmark's npz "
+                        f"layout; an edge list is edges:{f}, docs/datasets.md)")
     try:
         z = np.load(f, allow_pickle=False)
         files = set(z.files)
