@@ -206,14 +206,15 @@ def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, shari
 
 
 def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int, peers: int,
-                overlap: bool, fixed_s: float = 0.0, threads: int = 1, codec: str = "fp32") -> list[Phase]:
+                overlap: bool, fixed_s: float = 0.0, threads: float = 1, codec: str = "fp32") -> list[Phase]:
     """One rank's step as phases that end in meetings, at one core, in gnn_dist's order (nn.models,
     nn.message_passing.HaloSpMM): forward layer by layer, an exchanged layer's all-to-all starting before
     its product (after the linear map when it transforms first) and the central rows' share of the
     product computed while the rows travel, the rest after; backward in reverse, the halo rows' share of
     the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
     runs into the next step's first phase). Its work sums to `rank_work`'s. A token-bucket link refills
-    while the rank computes (on its `threads`: wall seconds, not one core's), and during its share of the
+    while the rank computes (on its `threads`, times its host's speed where it has less than a core: wall
+    seconds, not one core's), and during its share of the
     step's fixed cost and of the epoch's (`step_s`, `fixed_s`, spread evenly). Rows travel in `codec`."""
     c = min(1.0, float(part["central"]) / max(float(part["inner"]), 1.0)) if overlap else 0.0
     rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
@@ -285,6 +286,7 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     plan = layers(work)
     p = len(parts)
     per_host, threads = _threads(machine, p)
+    speed = min(1.0, machine.cores_per_host / threads)  # a host of less than a core runs even one rank slower
     # a measured fixed epoch holds the step's fixed cost and the meetings' latency: the phases price the graph's work
     fixed = machine.epoch_fixed_s
     graph_only = dataclasses.replace(machine, step_s=0.0, latency_s=0.0) if fixed else machine
@@ -294,11 +296,12 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
         one_core.append(s + d + e + graph_only.step_s)
-        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads, work.codec)
+        phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads * speed,
+                             work.codec)
         phased.append(_on_threads(phases, threads, graph_only.step_s))
         # the step's fixed part runs on one thread; a measured fixed epoch holds it (added to the epoch once)
-        compute = (s + d + e) / threads + graph_only.step_s
-        wire = sum(max(0.0, ph.wire_s - ph.overlap_s) for ph in phased[-1])
+        compute = ((s + d + e) / threads + graph_only.step_s) / speed
+        wire = sum(max(0.0, ph.wire_s - ph.overlap_s / speed) for ph in phased[-1])
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
     hosts = [range(h, min(h + per_host, p)) for h in range(0, p, per_host)]
     ep = epoch(phased, hosts, machine.cores_per_host / threads)

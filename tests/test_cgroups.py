@@ -57,6 +57,8 @@ def test_v1_quota_is_the_tightest_of_the_group_and_its_parents(tmp_path):
     assert usable_cpus(str(proc), affinity=8) == 1.5 and usable_cpus(str(proc), affinity=1) == 1.0
     put(tmp_path / "cpu" / "slurm" / "job7" / "step0", cpu__cfs_quota_us="45000", cpu__cfs_period_us="100000")
     assert usable_cpus(str(proc), affinity=2) == pytest.approx(0.45)
+    put(tmp_path / "cpu" / "slurm" / "job7" / "step0", cpu__cfs_quota_us="4500", cpu__cfs_period_us="10000")
+    assert cgroups.cpu_quota_period_s(str(proc)) == pytest.approx(0.01)  # the tightest quota's period
     put(tmp_path / "memory" / "slurm" / "job7", memory__oom_control="oom_kill_disable 0\nunder_oom 0\noom_kill 3")
     assert cgroups.oom_kills(str(proc)) == 3
 
@@ -66,7 +68,7 @@ def test_v2_quota_inside_a_container_whose_group_is_the_mounts_root(tmp_path):
     names it, and /proc/self/cgroup's path starts with it."""
     proc = fake_tree(tmp_path, 2, {"": "/kubepods/pod1/ctr"}, mount_root="/kubepods/pod1/ctr")
     put(tmp_path / "unified", cpu__max="90000 100000", memory__events="low 0\nhigh 0\nmax 4\noom 2\noom_kill 1")
-    assert cgroups.cpu_quota(str(proc)) == pytest.approx(0.9)
+    assert cgroups.cpu_quota(str(proc)) == pytest.approx(0.9) and cgroups.cpu_quota_period_s(str(proc)) == 0.1
     assert usable_cpus(str(proc), affinity=4) == pytest.approx(0.9)
     assert cgroups.oom_kills(str(proc)) == 1
     put(tmp_path / "unified", cpu__max="max 100000")

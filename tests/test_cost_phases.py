@@ -149,6 +149,9 @@ def test_a_host_of_a_fraction_of_a_core_computes_at_that_fraction():
     one, fifth = predict(parts, work, whole), predict(parts, work, quota)
     assert one.epoch_s == pytest.approx(predict(parts[:1], work, whole).epoch_s)  # the busier part sets it
     assert fifth.epoch_s == pytest.approx(one.epoch_s / 0.22) and fifth.bottleneck == "compute"
+    # each rank's own figures too (the summary's and info --run's predicted compute)
+    assert [r.compute_s for r in fifth.ranks] == pytest.approx([r.compute_s / 0.22 for r in one.ranks])
+    assert fifth.ranks[0].epoch_s == pytest.approx(fifth.epoch_s)
 
 
 def test_the_bucket_refills_at_the_configured_rate():

@@ -15,7 +15,7 @@ def test_resume_says_what_it_did(tmp_path):
     ck, log = tmp_path / "ck", tmp_path / "log.jsonl"
     train = lambda epochs: run_cli("train", "--partition", str(part), "--epochs", str(epochs), "--checkpoint-dir",  # noqa: E731
                                    str(ck), "--checkpoint-every", "2", "--resume", "--progress", "none",
-                                   "--log", str(log))
+                                   "--log", str(log), "--plot", str(tmp_path / "curves.png"))
     r = train(4)
     assert r.returncode == 0, r.stderr
     assert f"no checkpoint in {ck}: starting from epoch 0" in r.stderr

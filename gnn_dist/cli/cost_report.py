@@ -95,9 +95,10 @@ PRICED_MODELS = ("gcn", "sage", "gin", "gat")  # built-in models, priced with GC
 SHAPE_FLAGS = ("model", "hidden", "layers", "codec")  # what a partition is priced for (partition.json's priced_for)
 
 
-def priced_for(args: argparse.Namespace) -> dict:
-    """The run shape `partition` priced the default partition for, as partition.json records it."""
-    return {k: getattr(args, k) for k in SHAPE_FLAGS}
+def priced_for(args: argparse.Namespace) -> dict | None:
+    """The run shape `partition` priced the default partition for, as partition.json records it; None where no
+    choice was priced (--balance nodes, methods without the cost model's choice)."""
+    return {k: getattr(args, k) for k in SHAPE_FLAGS} if getattr(args, "cost_choice", None) else None
 
 
 def run_shape(args: argparse.Namespace) -> dict | None:
@@ -111,21 +112,21 @@ def run_shape(args: argparse.Namespace) -> dict | None:
 def shape_note(args: argparse.Namespace, meta: dict, classes: int) -> str | None:
     """One line where this run differs from the shape its partition was priced for (partition.json's
     `priced_for`): which flags, and what the cost model predicts for the shape actually run beside the one
-    priced. None where they agree, or the partition recorded no shape (older ones, typed and dynamic)."""
+    priced. None where they agree, where no shape was priced (older partitions, --balance nodes, typed and
+    dynamic graphs), or where the model cannot price this run (a model of your own, staleness, skipping,
+    the adaptive codec, --exchange auto)."""
     priced = meta.get("priced_for")
-    if not isinstance(priced, dict) or "stats" not in meta or meta.get("format_version") != 1:
-        return None
     shape = run_shape(args)
-    if shape is not None and all(shape[k] == priced.get(k) for k in SHAPE_FLAGS):
+    if not isinstance(priced, dict) or shape is None or "stats" not in meta or meta.get("format_version") != 1:
+        return None  # nothing priced (older partitions, --balance nodes, other methods), or nothing to price
+    priced_alike = ("hidden", "layers", "codec")  # the built-in models share GCN's layer plan
+    if all(shape[k] == priced.get(k) for k in priced_alike):
         return None
     flags = " ".join(f"--{k} {priced.get(k)}" for k in SHAPE_FLAGS)
     head = f"note: {args.partition} was partitioned for {flags}"
-    if shape is None:
-        return (f"{head}; this run's model or exchange is not one the cost model prices (built-in models with a "
-                f"fixed codec), so the default partition may not suit it")
     from partition import costmodel
 
-    differ = ", ".join(f"--{k} {shape[k]}" for k in SHAPE_FLAGS if shape[k] != priced.get(k))
+    differ = ", ".join(f"--{k} {shape[k]}" for k in priced_alike if shape[k] != priced.get(k))
     parts, profile = costmodel.parts_from_meta(meta), args.machine_profile
     epoch = lambda s: costmodel.predict(parts, costmodel.Workload(  # noqa: E731
         meta["num_features"], classes, s["hidden"], s["layers"], not args.no_overlap, s["codec"]), profile).epoch_s

@@ -15,7 +15,7 @@ EXIT_CODES = {"usage": 2, "data": 2, "partition-format": 2, "launch": 2, "error"
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not usage + message
-        say_error(f"{self.prog}: error: ", message)
+        say_error(f"{self.prog}: error: ", message, self.prog.split()[-1])
         sys.exit(end_job(2))
 
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = int(args.run(args) or 0)
     except GnnDistError as e:
-        say_error(f"gnn-dist {args.command}: error: ", str(e))
+        say_error(f"gnn-dist {args.command}: error: ", str(e), args.command)
         rc = EXIT_CODES[e.kind]
     except KeyboardInterrupt:
         sys.stderr.write(f"gnn-dist {args.command}: interrupted\n")
@@ -48,11 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     return end_job(rc)
 
 
-def say_error(head: str, message: str) -> None:
+# the commands that start MPI on every rank of an mpiexec launch: only there may an error start it to tell the
+# peers (MPI_Init waits for every rank; a peer of `partition`, say, may never start it)
+MPI_COMMANDS = ("train", "predict", "assign")
+
+
+def say_error(head: str, message: str, command: str) -> None:
     """One line; under mpiexec, once for every rank that met the same error (gnn_dist.runtime.alike)."""
     from gnn_dist.runtime import alike
 
-    alike.report(message, lambda who, text: f"{who}{head}{text}")
+    alike.report(message, lambda who, text: f"{who}{head}{text}", start_mpi=command in MPI_COMMANDS)
 
 
 def end_job(rc: int) -> int:

@@ -67,7 +67,7 @@ def rebuild(flags: argparse.Namespace, weights: dict, graph, ctx, source: str):
     width = flags.hidden if getattr(flags, "task", "node") == "link" else graph.num_classes  # link: embeddings
     model = build_user_or_builtin(flags, ctx, graph, width)
     load_model_state(model, weights, source)
-    return model
+    return model.to(ctx.device)  # where the part is
 
 
 def load_model(path: str | Path, part, ctx, model: str | None = None):

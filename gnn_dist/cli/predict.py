@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     model = model_file.rebuild(t, weights, graph, ctx, f"{args.model_file} (on this partition)")
     if args.output == "embeddings" and not registry.accepts_embed(model):
         raise UsageError(f"--output embeddings needs a model whose forward takes embed=True; {t.model}'s does not")
-    model.to(ctx.device).eval()  # eval mode under no_grad: exact messages
+    model.eval()  # eval mode under no_grad: exact messages
     with torch.no_grad():
         out = model(graph.x, graph, embed=True) if args.output == "embeddings" else model(graph.x, graph)
     multilabel = graph.y.dim() == 2  # independent labels: a sigmoid each, and every label with a positive logit

@@ -5,15 +5,19 @@ ranks meet printed one identical line per rank; and the first rank to end the jo
 so which of their lines got out was a race. Now a failing rank sends its message to every peer, point
 to point over MPI (never a collective: a healthy peer would never join it), and listens `GRACE_S` for
 theirs. The lowest failing rank it has heard of prints each distinct message once, prefixed with the
-ranks that met it, then the caller ends the job (MPI_Abort). The others print nothing and wait to be
-ended; one that is still alive `QUIET_S` later prints its own line after all.
+ranks that met it, and then tells every peer which ranks its lines covered. A rank that heard of a lower
+one prints nothing if that rank covered it, and its own line if not (or if no word comes within
+`COVER_S`). A rank that fails more than a grace period after the first is on its own, as before: the
+first failure ends the job.
 
-Only MPI launches (mpiexec) take part: under torchrun each rank prints its own line, as before.
+Only MPI launches (mpiexec) take part, and only where MPI runs or will run on every rank: under torchrun
+each rank prints its own line, as before.
 """
 from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import os
 import stat
 import struct
@@ -23,15 +27,19 @@ import time
 from typing import Callable
 
 GRACE_S = 1.0  # how long a failing rank listens for its peers' messages (ranks meet an alike error this close)
-QUIET_S = 10.0  # a quiet rank not ended this long after its grace prints its own line
-TAG = 0x6E64  # the MPI tag of these messages, on COMM_WORLD (the halo transport uses a duplicate of it)
+COVER_S = 4.0  # how long a quiet rank waits for the lowest rank's word that its line is printed
+TAG, COVER_TAG = 0x6E64, 0x6E65  # MPI tags on COMM_WORLD (the halo transport uses a duplicate of it)
 _SENT: list = []  # pending sends and their buffers: kept alive until the process ends
 
 Render = Callable[[str, str], str]  # (who, message) -> the line, e.g. ("[ranks 0-3] ", "no such file") -> ...
 
 
 def mpi_world() -> tuple[int, int] | None:
-    """(rank, size) of an MPI launch of two or more ranks, from the launcher's environment; else None."""
+    """(rank, size) of an MPI launch of two or more ranks, from the launcher's environment; else None.
+    torchrun's variables win, as in `launch.init`: workers torchrun started under an MPI launcher share its
+    PMI rank."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return None
     for rank_var, size_var in (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
         try:
             rank, size = int(os.environ[rank_var]), int(os.environ[size_var])
@@ -54,53 +62,93 @@ def who(ranks: list[int], size: int) -> str:
     return f"[ranks {','.join(map(str, ranks))}] "
 
 
-def report(message: str, render: Render, stream=None) -> None:
-    """Print `message` once for every rank that meets it (see the module's docstring); returns when printed.
+def report(message: str, render: Render, stream=None, start_mpi: bool = True) -> None:
+    """Print `message` once for every rank that meets it (see the module's docstring); returns when printed
+    (by this rank, or by a lower one that said so).
 
     Outside an MPI launch of two or more ranks, or where MPI cannot be reached, it is printed at once,
-    prefixed with this rank where there is one. A quiet rank returns only if nobody ended it in time.
+    prefixed with this rank where there is one. `start_mpi=False`: a command whose peers may never start
+    MPI (MPI_Init waits for every rank), so MPI is used only if this process already runs it.
     """
     stream = stream or sys.stderr
     world = mpi_world()
-    heard = _exchange(message, *world) if world else None
+    comm = _comm(start_mpi) if world else None
+    heard = _exchange(comm, message, *world) if comm is not None else None
     if heard is None:
         _write(stream, render(who([world[0]], world[1]) if world else "", message))
         return
     rank, size = world
-    if min(heard) < rank:  # a lower rank prints for us all; it ends the job once it has
-        time.sleep(QUIET_S)
-        _write(stream, render(who([rank], size), message))
+    if min(heard) < rank:  # a lower rank prints for every rank it heard: did it hear us?
+        if rank not in _covered(comm):
+            _write(stream, render(who([rank], size), message))
         return
     groups: dict[str, list[int]] = {}
     for r in sorted(heard):
         groups.setdefault(heard[r], []).append(r)
     _write(stream, "".join(render(who(ranks, size), text) + "\n" for text, ranks in groups.items()).rstrip("\n"))
+    wait_until_read((2,))  # on the launcher's side before any peer, told it is covered, leaves and ends the job
+    _send(comm, json.dumps(sorted(heard)).encode(), [r for r in range(size) if r != rank], COVER_TAG)
 
 
-def _exchange(message: str, rank: int, size: int) -> dict[int, str] | None:
-    """Send `message` to every peer and gather theirs for GRACE_S (or until all have come): {rank: message}."""
+def _comm(start_mpi: bool):
+    """COMM_WORLD, or None: mpi4py missing, MPI finalized, or not running here and not to be started."""
+    if not start_mpi and "mpi4py.MPI" not in sys.modules:
+        return None
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # starts MPI where it is not running yet
 
-        if not MPI.Is_initialized() or MPI.Is_finalized():
-            return None
-        comm = MPI.COMM_WORLD
-        data = message.encode()
-        for peer in range(size):
-            if peer != rank:
-                _SENT.append((comm.Isend([data, MPI.BYTE], dest=peer, tag=TAG), data))
-        heard, status = {rank: message}, MPI.Status()
-        deadline = time.monotonic() + GRACE_S
-        while len(heard) < size and time.monotonic() < deadline:
-            if comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG, status=status):
+        return MPI.COMM_WORLD if MPI.Is_initialized() and not MPI.Is_finalized() else None
+    except Exception:
+        return None
+
+
+def _send(comm, data: bytes, peers: list[int], tag: int) -> None:
+    """Non-blocking sends of `data` to each of `peers`; one that fails is skipped."""
+    from mpi4py import MPI
+
+    for peer in peers:
+        try:
+            _SENT.append((comm.Isend([data, MPI.BYTE], dest=peer, tag=tag), data))
+        except Exception:
+            continue
+
+
+def _receive(comm, tag: int, until: Callable[[dict], bool], wait_s: float) -> dict[int, bytes]:
+    """{source: message} of `tag` that arrive within `wait_s`, or until `until(received)` holds."""
+    from mpi4py import MPI
+
+    got, status = {}, MPI.Status()
+    deadline = time.monotonic() + wait_s
+    try:
+        while not until(got) and time.monotonic() < deadline:
+            if comm.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
                 buf = bytearray(status.Get_count(MPI.BYTE))
-                comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=TAG)
-                heard[status.Get_source()] = bytes(buf).decode(errors="replace")
+                comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=tag)
+                got[status.Get_source()] = bytes(buf)
             else:
                 time.sleep(0.01)
-        return heard
-    except Exception:  # no MPI here, or it broke: every rank prints its own line, as without a launcher
+    except KeyboardInterrupt:  # a second Ctrl-C: stop waiting for the peers
+        pass
+    return got
+
+
+def _exchange(comm, message: str, rank: int, size: int) -> dict[int, str] | None:
+    """Send `message` to every peer and gather theirs for GRACE_S (or until all have come): {rank: message}."""
+    try:
+        _send(comm, message.encode(), [r for r in range(size) if r != rank], TAG)
+        got = _receive(comm, TAG, lambda g: len(g) == size - 1, GRACE_S)
+    except Exception:  # MPI broke: every rank prints its own line, as without a launcher
         return None
+    return {rank: message, **{r: m.decode(errors="replace") for r, m in got.items()}}
+
+
+def _covered(comm) -> list[int]:
+    """The ranks whose lines the lowest failing rank printed, as it tells them; [] if no word comes in time."""
+    try:
+        got = _receive(comm, COVER_TAG, bool, COVER_S)
+        return [r for m in got.values() for r in json.loads(m)]
+    except Exception:
+        return []
 
 
 def _write(stream, text: str) -> None:

@@ -58,6 +58,19 @@ def cpu_quota(proc: str = PROC) -> float | None:
     return tightest[0] if tightest else None
 
 
+def cpu_quota_period_s(proc: str = PROC) -> float:
+    """The period, in seconds, of the tightest CPU quota (see cpu_quota); 0.1 (CFS's default) where none
+    is set or it cannot be read."""
+    tightest = _tightest(proc)
+    if tightest is not None:
+        d = tightest[1]
+        words = (read(d / "cpu.max") or "").split()  # v2: "QUOTA PERIOD"; v1: its own file
+        period = number(words[1]) if len(words) == 2 else number(read(d / "cpu.cfs_period_us"))
+        if period:
+            return period / 1e6
+    return 0.1
+
+
 def quota_group(proc: str = PROC) -> tuple[int, int] | None:
     """Which group sets that quota, as (device, inode) of its directory: the same group whatever path a
     container mounts it at, so ranks compare it to count who shares the quota (sibling groups under one

@@ -171,7 +171,7 @@ class Loop:
         elif not any(k.startswith("test_") for k in record) and (epochs > start or record):
             record.update(self.task.evaluate())
         if finished:  # the log says what this run did: it trained nothing and evaluated the checkpoint's weights
-            self._log(dict(record, resumed_finished=True))
+            self._log(dict(record, resumed_finished=True), history=False)  # no epoch trained: no curve point
         return record
 
     def _track_best(self, epoch: int, record: dict) -> bool:
@@ -194,10 +194,11 @@ class Loop:
         if self.ctx.is_main:
             sys.stderr.write(f"[gnn-dist] {line}\n")
 
-    def _log(self, record: dict) -> None:
+    def _log(self, record: dict, history: bool = True) -> None:
         record.update(self.log_first)
         self.log_first = {}
-        self.history.append({k: v for k, v in record.items() if k != "halo"})
+        if history:
+            self.history.append({k: v for k, v in record.items() if k != "halo"})
         if self.tensorboard is not None:
             self.tensorboard.write(record)
         if self.log_path is not None:
