@@ -7,7 +7,7 @@ Two kinds of run, `--runs` of each:
   predictions, and never calls close (the context closes itself at exit);
   expected exit code 0 on every rank;
 - cli-error: `mpiexec -n 2 gnn-dist train` on a partition without training
-  nodes; expected exit code 2 and one error line per rank.
+  nodes; expected exit code 2 and one error line, for both ranks.
 A run that prints "terminate called" or dies of a signal is an abort.
 `--busy N` keeps N spinning processes beside the runs (the CI machine has 2
 cores and runs 4 ranks). Prints one table; exits non-zero if any run failed.

@@ -29,10 +29,10 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from gnn_dist.errors import LaunchError
+from gnn_dist.errors import GnnDistError, LaunchError
 from gnn_dist.runtime import alike, cgroups, gpus, placement, tuning
 from gnn_dist.runtime import transport as halo_transport
-from gnn_dist.runtime.failure import describe_user_error, exit_code, exit_line, is_collective_failure, print_traceback
+from gnn_dist.runtime.failure import debug, describe_user_error, exit_code, exit_line, is_collective_failure, print_traceback
 from gnn_dist.runtime.malloc import keep_freed_memory
 from gnn_dist.runtime.rendezvous import Rendezvous, gloo_interface, mpi_rendezvous, mpi_store
 from gnn_dist.runtime.sentinel import Failure, Sentinel, Spec
@@ -222,6 +222,9 @@ def _leave_on_uncaught(hook):
     wait in a collective for it."""
     def excepthook(exc_type, exc, tb):
         ctx = next((c for c in reversed(_OPEN) if c.world_size > 1), None)
+        if ctx is None and isinstance(exc, GnnDistError) and not debug():  # one rank: the input's fault, one line
+            sys.stderr.write(f"gnn-dist: error: {exc}\n")
+            return None
         if ctx is None:
             return hook(exc_type, exc, tb)
         ctx.leave_on(exc)
