@@ -3,6 +3,7 @@
     python scripts/bench_costmodel.py run --where local --ranks 4 --dataset grid:width=300,height=300 \\
         --machine M.json --results R.jsonl          # mpiexec -n 4 on this host
     python scripts/bench_costmodel.py run --where lab --ranks 4 --rate 1gbit --dataset ... (root)
+    python scripts/bench_costmodel.py run --where lab --ranks 4 --rate none --cores 0.45 --hidden 128 --layers 3 ...
     python scripts/bench_costmodel.py table R.jsonl [--repredict]
 
 `run` partitions the graph (the default partition, or per --balance, --objective or --assignment; cached
@@ -56,20 +57,23 @@ def run(a: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     slug = slug_of(a.dataset)
     variant = "".join(f"-{v}" for v in (a.balance, a.objective) if v) + (f"-{Path(a.assignment).stem}" if a.assignment else "")
-    part = work / f"{slug}-{a.ranks}{variant}"
+    shape = f"-h{a.hidden}l{a.layers}" if (a.hidden, a.layers) != (16, 2) else ""  # what the default is priced for
+    part = work / f"{slug}-{a.ranks}{variant}{shape}"
     if not (part / "partition.json").exists():
         flags = ((["--balance", a.balance] if a.balance else []) + (["--objective", a.objective] if a.objective else [])
                  + (["--assignment", a.assignment] if a.assignment else []))
         subprocess.run([*GNN, "partition", "--dataset", a.dataset, "--parts", str(a.ranks), "--out", str(part),
-                        "--progress", "none", "--force", *flags], cwd=ROOT, check=True)
-    tag = f"{a.where}{a.ranks}{'-' + a.rate if a.where == 'lab' else ''}-{slug}{variant}"
+                        "--progress", "none", "--force", "--hidden", str(a.hidden), "--layers", str(a.layers), *flags],
+                       cwd=ROOT, check=True)
+    hosts = f"-c{a.cores:g}" if a.cores else ""
+    tag = f"{a.where}{a.ranks}{'-' + a.rate if a.where == 'lab' else ''}{hosts}-{slug}{variant}{shape}"
     machine, log = work / f"machine-{tag}.json", work / f"{tag}.jsonl"
     log.unlink(missing_ok=True)
     if a.where == "lab":
         import netlab
 
         netlab.down()
-        netlab.up(a.ranks, a.rate, None)
+        netlab.up(a.ranks, a.rate, None, cores=a.cores or None, keep_awake=bool(a.cores))
     try:
         if a.where == "lab":  # the lab's profile carries its links' burst too
             import netlab
@@ -79,7 +83,8 @@ def run(a: argparse.Namespace) -> None:
         else:
             launch(a.where, a.ranks, ["profile-machine", "--link", "--out", str(machine), "--name", tag], a.port)
         launch(a.where, a.ranks, ["train", "--partition", str(part), "--epochs", str(a.epochs), "--eval-every", "0",
-                                  "--hidden", str(a.hidden), "--log", str(log), "--machine", str(machine),
+                                  "--hidden", str(a.hidden), "--layers", str(a.layers), "--log", str(log),
+                                  "--machine", str(machine),
                                   "--progress", "none"], a.port + 1)
     finally:
         if a.where == "lab":
@@ -87,7 +92,7 @@ def run(a: argparse.Namespace) -> None:
     row = {"where": a.where, "ranks": a.ranks, "rate": a.rate if a.where == "lab" else "host", "partition": str(part),
            "dataset": a.dataset, "balance": (a.balance or "default") + (f" --objective {a.objective}" if a.objective else "")
            + (f" --assignment {Path(a.assignment).name}" if a.assignment else ""),
-           "hidden": a.hidden,
+           "hidden": a.hidden, "layers": a.layers, "cores": a.cores or None,
            "machine": json.loads(machine.read_text()), **measured(log, a.warmup)}
     with open(a.results, "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -112,7 +117,8 @@ def repredict(row: dict, work_dir: str) -> dict:
         import netlab
 
         machine = dataclasses.replace(machine, link_burst_bytes=float(netlab.BURST_BYTES))
-    pred = predict(parts_from_meta(meta), Workload(meta["num_features"], meta["num_classes"], row["hidden"]), machine)
+    work = Workload(meta["num_features"], meta["num_classes"], row["hidden"], row.get("layers", 2))
+    pred = predict(parts_from_meta(meta), work, machine)
     # the busiest rank's compute in wall seconds: the phases' makespans, less the meetings beyond them
     return dict(row, predicted_s=pred.epoch_s, bottleneck=pred.bottleneck, busiest=pred.busiest,
                 predicted_compute_s=pred.epoch_s - pred.meetings_s - machine.epoch_fixed_s)
@@ -135,7 +141,7 @@ out = []
 for row in json.load(sys.stdin):
     meta = read_meta(row["partition"])
     machine = from_dict({k: v for k, v in row["machine"].items() if k in known}, "row")
-    work = Workload(meta["num_features"], meta["num_classes"], row["hidden"])
+    work = Workload(meta["num_features"], meta["num_classes"], row["hidden"], row.get("layers", 2))
     out.append(predict(parts_from_meta(meta), work, machine).epoch_s)
 print(json.dumps(out))
 """
@@ -186,7 +192,8 @@ def table(path: str, work_dir: str, again: bool, split: bool = False, against: s
     print("|---|---|---|---|---|---|" + extra[1] + "---|---|---|")
     for k, r in enumerate(rows):
         b = "" if base is None else f" {base[k]:.4f} | {base[k] / r['epoch_s']:.2f} |"
-        print(f"| {r['where']} | {r['ranks']} | {r['rate']} | `{r['dataset']}` | {r['balance']} | {r['epoch_s']:.4f} |"
+        link = r["rate"] + (f", {r['cores']:g} core hosts" if r.get("cores") else "")
+        print(f"| {r['where']} | {r['ranks']} | {link} | `{r['dataset']}` | {r['balance']} | {r['epoch_s']:.4f} |"
               f"{b} {r['predicted_s']:.4f} | {r['predicted_s'] / r['epoch_s']:.2f} | {r['bottleneck']} ({r['busiest']}) |")
     near = lambda v: sum(abs(x / r["epoch_s"] - 1) <= 0.2 for x, r in zip(v, rows))  # noqa: E731
     print(f"\nwithin 20%: {near([r['predicted_s'] for r in rows])} of {len(rows)}"
@@ -220,6 +227,9 @@ def main() -> None:
     r.add_argument("--assignment", default="", metavar="PARTS.npy",
                    help="partition's --assignment: a node -> part array made elsewhere (candidates compared offline)")
     r.add_argument("--hidden", type=int, default=16)
+    r.add_argument("--layers", type=int, default=2)
+    r.add_argument("--cores", type=float, default=0.0,
+                   help="lab: emulated hosts of this many cores each (netlab up --cores-per-host; idle spinners on)")
     r.add_argument("--epochs", type=int, default=12)
     r.add_argument("--warmup", type=int, default=2, help="epochs left out of the mean (default 2)")
     r.add_argument("--work", default="/tmp/gnn-costbench")
