@@ -17,11 +17,12 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from partition.costmodel import Prediction, Workload, node_seconds, part_counts, predict
+from partition.costmodel import Prediction, Workload, node_seconds, predict
 from partition.errors import DataError
 from partition.graph import Graph
 from partition.machine import Machine
 from partition.methods import BALANCE_TOLERANCE, undirected_adjacency
+from partition.part_counts import part_counts
 from partition.rebalance import rebalance
 
 WEIGHT_SCALE = 1000  # integer node weights: the partitioners take int64

@@ -17,8 +17,8 @@ from typing import Iterable
 import numpy as np
 
 from partition.build import PartPlan
-from partition.costmodel import plan_top_reads
 from partition.errors import DataError, PartitionFormatError, UsageError
+from partition.part_counts import plan_top_reads
 
 FORMAT_VERSION = 1  # static graphs; 2 adds node/edge types, 3 snapshots
 TYPED_VERSION = 2

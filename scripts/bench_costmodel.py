@@ -106,8 +106,9 @@ def repredict(row: dict, work_dir: str) -> dict:
     rows measured before profiles carried the links' burst get the lab's (a setting of netlab, not a fit)."""
     import dataclasses
 
-    from partition.costmodel import Workload, parts_from_meta, predict
+    from partition.costmodel import Workload, predict
     from partition.machine import from_dict
+    from partition.part_counts import parts_from_meta
     from partition.store import read_meta
 
     part = row.get("partition") or str(Path(work_dir) / f"{slug_of(row['dataset'])}-{row['ranks']}")
@@ -133,7 +134,8 @@ def slug_of(dataset: str) -> str:
 # measurements its model does not use).
 BASELINE = """
 import dataclasses, json, sys
-from partition.costmodel import Workload, parts_from_meta, predict
+from partition.costmodel import Workload, predict
+from partition.part_counts import parts_from_meta
 from partition.machine import Machine, from_dict
 from partition.store import read_meta
 known = {f.name for f in dataclasses.fields(Machine)}

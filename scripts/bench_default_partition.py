@@ -39,9 +39,10 @@ def weight(cost: np.ndarray, alpha: float) -> np.ndarray:
 
 def candidates(a: argparse.Namespace) -> None:
     from gnn_dist.data import load_dataset
-    from partition.costmodel import Workload, node_seconds, part_counts, predict
+    from partition.costmodel import Workload, node_seconds, predict
     from partition.machine import DEFAULT, load
     from partition.methods import metis_parts, mtkahypar_parts
+    from partition.part_counts import part_counts
 
     graph = load_dataset(a.dataset, seed=0)
     machine = load(a.machine)

@@ -10,9 +10,10 @@ import pytest
 
 from gnn_dist.data import load_dataset
 from partition import assign_parts
-from partition.costmodel import Workload, hot_reads, layers, part_counts, parts_from_meta, predict, top_reads
+from partition.costmodel import Workload, hot_reads, layers, predict
 from partition.errors import DataError, PartitionFormatError
 from partition.machine import DEFAULT, Machine, from_dict, load, save
+from partition.part_counts import part_counts, parts_from_meta, top_reads
 from partition.store import read_meta
 from tests.conftest import run_cli, run_mpi
 

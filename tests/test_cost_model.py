@@ -13,9 +13,10 @@ from gnn_dist.data import load_dataset
 from gnn_dist.runtime.cgroups import threads_per_rank, usable_cpus
 from partition import assign_parts, build_parts
 from partition.cost_parts import NODE_BOUND, choose
-from partition.costmodel import Workload, layers, part_counts, plan_top_reads, predict
+from partition.costmodel import Workload, layers, predict
 from partition.errors import DataError
 from partition.machine import DEFAULT, Machine, from_dict, load, save
+from partition.part_counts import part_counts, plan_top_reads
 from tests.conftest import one_error_line, run_cli, run_mpi
 
 ROUND = Machine(name="round", sparse_per_core=1e9, dense_per_core=1e10, elementwise_per_core=1e9, step_s=0.0,
@@ -48,7 +49,11 @@ def test_grid_is_a_lattice_and_shuffling_only_renames():
             load_dataset(f"grid:{huge}")
 
 
-def test_counts_from_an_assignment_match_the_written_plans(rmat):
+@pytest.mark.parametrize("dense", [True, False])  # keys counted in an array, or sorted (large graphs)
+def test_counts_from_an_assignment_match_the_written_plans(rmat, dense, monkeypatch):
+    import partition.part_counts
+
+    monkeypatch.setattr(partition.part_counts, "DENSE_KEYS", 1 << 40 if dense else 0)
     parts = assign_parts(rmat, 4, "metis")
     src, dst = rmat.edge_index()
     counts = part_counts(src, dst, parts, 4)

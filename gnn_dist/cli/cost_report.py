@@ -31,11 +31,12 @@ def prediction(args: argparse.Namespace, ctx, meta: dict, classes: int) -> dict 
             and run_shape(args) is not None and not args.no_input_cache):
         return None
     from partition import costmodel
+    from partition.part_counts import parts_from_meta
 
     profile = args.machine_profile
     work = costmodel.Workload(features=meta["num_features"], classes=classes, hidden=args.hidden,
                               layers=args.layers or 2, overlap=not args.no_overlap, codec=args.codec)
-    pred = costmodel.predict(costmodel.parts_from_meta(meta), work, profile)
+    pred = costmodel.predict(parts_from_meta(meta), work, profile)
     return costmodel.prediction_record(pred, profile, work)
 
 
@@ -125,9 +126,10 @@ def shape_note(args: argparse.Namespace, meta: dict, classes: int) -> str | None
     flags = " ".join(f"--{k} {priced.get(k)}" for k in SHAPE_FLAGS)
     head = f"note: {args.partition} was partitioned for {flags}"
     from partition import costmodel
+    from partition.part_counts import parts_from_meta
 
     differ = ", ".join(f"--{k} {shape[k]}" for k in priced_alike if shape[k] != priced.get(k))
-    parts, profile = costmodel.parts_from_meta(meta), args.machine_profile
+    parts, profile = parts_from_meta(meta), args.machine_profile
     epoch = lambda s: costmodel.predict(parts, costmodel.Workload(  # noqa: E731
         meta["num_features"], classes, s["hidden"], s["layers"], not args.no_overlap, s["codec"]), profile).epoch_s
     try:
@@ -189,7 +191,8 @@ def kept_if_faster(args: argparse.Namespace, graph, chosen, refined):
     """--refine on the cost model's choice: kept only where the predicted slowest rank falls (the default's
     promise), said in one line either way."""
     from gnn_dist.cli.partition_cmd import log
-    from partition.costmodel import part_counts, predict
+    from partition.costmodel import predict
+    from partition.part_counts import part_counts
 
     src, dst = graph.edge_index()
     before, after = (predict(part_counts(src, dst, p, args.parts), workload(args, graph), args.machine_profile).epoch_s
@@ -201,7 +204,8 @@ def kept_if_faster(args: argparse.Namespace, graph, chosen, refined):
 
 def predicted(args: argparse.Namespace, graph, written: dict) -> str:
     """The written partition's predicted epoch: the busiest rank and its bottleneck, then each rank's figures."""
-    from partition.costmodel import format_ranks, parts_from_meta, predict
+    from partition.costmodel import format_ranks, predict
+    from partition.part_counts import parts_from_meta
 
     pred = predict(parts_from_meta(written), workload(args, graph), args.machine_profile)
     plan = "" if args.model == "gcn" else ", GCN's layer plan"
