@@ -325,6 +325,7 @@ def test_rates_measured_under_a_quota_are_a_whole_cores():
     assert per_core(measured, 1.0) == measured
 
 
+@pytest.mark.slow  # two partition runs in subprocesses
 def test_a_partition_records_the_shape_it_was_priced_for_and_train_names_a_different_one(tmp_path):
     """partition.json's priced_for holds --model, --hidden, --layers and --codec; a run of another shape gets
     one line with what the model predicts for the shape actually run; the same shape (another built-in model
