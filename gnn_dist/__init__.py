@@ -39,6 +39,7 @@ _EXPORTS = {
     "DynamicTrainer": "gnn_dist.train.dynamic", "LinkTrainer": "gnn_dist.train.link",
     "ExchangeConfig": "gnn_dist.runtime.exchange", "ModelConfig": "gnn_dist.nn.registry",
     "UsageError": "gnn_dist.errors", "LaunchError": "gnn_dist.errors", "load_model": "gnn_dist.cli.model_file",
+    "save_model": "gnn_dist.cli.model_file",
 }
 __all__ = ["nn", *_EXPORTS]
 

@@ -1,6 +1,8 @@
 """docs/cli.md is the parser's own reference: every subcommand and flag, current."""
 from __future__ import annotations
 
+import argparse
+
 from gnn_dist.cli.main import build_parser
 from gnn_dist.cli.reference import render
 from tests.conftest import ROOT
@@ -21,3 +23,5 @@ def test_every_flag_of_every_subcommand_is_on_the_page():
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
                     assert f"`{option}`" in section, (name, option)
+            if action.option_strings and action.help is not argparse.SUPPRESS:  # what each flag acts on
+                assert (action.help or "").strip(), f"gnn-dist {name} {action.option_strings[0]} has no help text"

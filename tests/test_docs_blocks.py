@@ -80,13 +80,11 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complete
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
-    """A reader's folder: Cora in 4 parts, a model saved by train (docs/training.md loads `m.pt`), and the
-    repository's examples beside it (the docs run `examples/...` from the repository root)."""
+    """A reader's folder: Cora in 4 parts, and the repository's examples beside it (the docs run
+    `examples/...` from the repository root)."""
     d = tmp_path_factory.mktemp("docs")
     (d / "examples").symlink_to(ROOT / "examples")
     _run([str(BIN / "gnn-dist"), "partition", "--dataset", "cora", "--parts", "4", "--out", "out/cora-4"], d)
-    _run([str(BIN / "mpiexec"), "-n", "4", str(BIN / "gnn-dist"), "train", "--partition", "out/cora-4", "--epochs",
-          "3", "--quiet", "--save-model", "m.pt"], d)
     return d
 
 
@@ -112,7 +110,11 @@ def test_every_python_block_runs(scratch):
     script = scratch / "fragments.py"
     script.write_text(f"BLOCKS = {fragments!r}\n" + CONTEXT)
     assert "fragments ran" in _run([str(BIN / "mpiexec"), "-n", "4", sys.executable, str(script)], scratch).stdout
-    assert (scratch / "weights.pt").is_file() and (scratch / "log.jsonl").is_file()  # docs/training.md's block
+    assert (scratch / "mine.pt").is_file() and (scratch / "log.jsonl").is_file()  # docs/training.md's block
+    # what gd.save_model wrote is what `train --save-model` writes: predict runs it
+    _run([str(BIN / "mpiexec"), "-n", "4", str(BIN / "gnn-dist"), "predict", "--partition", "out/cora-4",
+          "--model-file", "mine.pt", "--out", "pred.npy"], scratch)
+    assert (scratch / "pred.npy").is_file()
 
 
 @pytest.mark.slow

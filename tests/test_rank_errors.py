@@ -181,5 +181,5 @@ def test_a_script_at_one_rank_on_a_partition_of_two_says_so_in_one_line(parts, t
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("[gnn-dist] ")]
-    assert r.returncode == 1 and lines == [f"gnn-dist: error: launched with 1 ranks but {parts['good']} has 2 parts "
+    assert r.returncode == 1 and lines == [f"gnn-dist: error: launched with 1 rank but {parts['good']} has 2 parts "
                                            f"(run mpiexec -n 2)"], r.stderr

@@ -80,3 +80,21 @@ def load_model(path: str | Path, part, ctx, model: str | None = None):
     """
     flags, weights = read(path, model)
     return rebuild(flags, weights, part, ctx, f"{path} (on this partition)")
+
+
+def save_model(path: str | Path, model, ctx, name: str, hidden: int = 16, layers: int = 2, heads: int = 8,
+               dropout: float = 0.5, num_bases: int = 2, task: str = "node", embedding_dim: int | None = None,
+               normalize_features: bool = False) -> None:
+    """Write `model` as `gnn-dist train --save-model` does (gd.save_model), for predict and gd.load_model.
+
+    Every rank calls it: learnable node rows are gathered from their owners to rank 0, which writes the
+    file atomically. `name` and the rest are the flags that rebuild the model (`build_model`'s, as `train`
+    takes them); a model of your own is named as `--model` would name it ("mymodels:build").
+    """
+    from gnn_dist.train.checkpoint import model_state
+
+    state = model_state(model, ctx)  # a collective: every rank
+    if ctx.is_main:
+        write(path, argparse.Namespace(model=name, hidden=hidden, layers=layers, heads=heads, dropout=dropout,
+                                       num_bases=num_bases, task=task, embedding_dim=embedding_dim,
+                                       normalize_features=normalize_features), state)

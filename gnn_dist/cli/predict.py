@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("predict", help="write predictions or embeddings of every node (launch with mpiexec -n P)",
                        description="Run a model saved by `gnn-dist train --save-model` over the partition, with exact "
                                    "messages, and write one row per node in global id order (.npy, rank 0).")
-    p.add_argument("--partition", required=True)
+    p.add_argument("--partition", required=True, help="partition directory the model runs on (static or typed)")
     p.add_argument("--model-file", required=True, help="file written by train --save-model")
     p.add_argument("--model", default=None, metavar="SPEC",
                    help="the model the file was saved with; required for your own MODULE:FUNCTION or "
@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
                    help="typed graphs: write every node type's rows (type-erased global ids: types in partition.json "
                         "order, each type's ids after the previous types'); default: the target type's rows only")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl", "staged"], help="as for train")
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may take (default 120)")
     add_gpu_memory_flag(p)
     p.set_defaults(run=run)
 

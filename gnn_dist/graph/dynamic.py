@@ -26,8 +26,8 @@ from gnn_dist.graph.local import LocalGraph
 from gnn_dist.graph.snapshot_group import SnapshotGraph, SnapshotGroup, block_diagonal
 from gnn_dist.runtime import transport
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan, Wire
-from gnn_dist.runtime.launch import DistContext
-from partition.errors import LaunchError, PartitionFormatError, UsageError
+from gnn_dist.runtime.launch import DistContext, wrong_rank_count
+from partition.errors import PartitionFormatError, UsageError
 from partition.graph import concat_ranges
 from partition.store import ragged_item, read_meta, read_part, read_snapshots
 
@@ -43,8 +43,7 @@ class SnapshotSequence:
         if "num_snapshots" not in meta:
             raise PartitionFormatError(f"{path} holds a static graph; dynamic models need a partition of snapshots")
         if meta["num_parts"] != ctx.world_size:
-            raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts "
-                              f"(run mpiexec -n {meta['num_parts']})")
+            raise wrong_rank_count(ctx.world_size, str(path), meta["num_parts"])
         self.meta, self.ctx, self.mode, self.cache, self.overlap = meta, ctx, mode, cache, overlap
         self.config = (exchange or ExchangeConfig()).validate()
         # adaptive bits, staleness and skipping keep per-channel state in each snapshot's (and group's) exchange

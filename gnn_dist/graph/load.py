@@ -7,9 +7,8 @@ import torch
 
 from gnn_dist.graph.local import LocalGraph, LocalPart
 from gnn_dist.runtime.exchange import ExchangeConfig, HaloExchange, HaloPlan
-from gnn_dist.runtime.launch import DistContext
+from gnn_dist.runtime.launch import DistContext, wrong_rank_count
 from partition.book import PartitionBook
-from partition.errors import LaunchError
 from partition.store import read_meta, read_part
 
 
@@ -17,8 +16,7 @@ def load_partition(path: str | Path, ctx: DistContext, overlap: bool = True, ver
                    exchange: ExchangeConfig | None = None) -> LocalPart:
     meta = read_meta(path)
     if meta["num_parts"] != ctx.world_size:
-        raise LaunchError(f"launched with {ctx.world_size} ranks but {path} has {meta['num_parts']} parts "
-                          f"(run mpiexec -n {meta['num_parts']})")
+        raise wrong_rank_count(ctx.world_size, str(path), meta["num_parts"])
     plan = read_part(path, ctx.rank, meta, verify=verify)
     book = PartitionBook(path, meta, verify)
     book.adopt(ctx.rank, plan.global_ids, plan.num_inner)  # one id map: the book holds this part's rows

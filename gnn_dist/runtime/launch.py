@@ -300,8 +300,7 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rv = _torchrun_rendezvous() if torchrun else mpi_rendezvous(master_addr, iface)
     if expected_world is not None and rv.size != expected_world:
-        raise LaunchError(f"launched with {rv.size} ranks but the partition has {expected_world} parts "
-                          f"(run mpiexec -n {expected_world})")
+        raise wrong_rank_count(rv.size, "the partition", expected_world)
     usable = cgroups.usable_cpus()
     sharing, in_group = rv.sharing or rv.local_size, rv.in_group or rv.local_size
     per_rank = cgroups.rank_cpus(sharing, in_group)
@@ -332,6 +331,12 @@ def init(backend: str | None = None, timeout_s: float = 120.0, iface: str | None
     _watch_exits()
     _OPEN.append(ctx)
     return ctx
+
+
+def wrong_rank_count(ranks: int, partition: str, parts: int) -> LaunchError:
+    """The one line for a launch whose rank count is not the partition's part count, with the launch it needs."""
+    return LaunchError(f"launched with {ranks} rank{'s' * (ranks != 1)} but {partition} has {parts} parts "
+                       f"(run mpiexec -n {parts})")
 
 
 def _say_threads(chosen: int, per_rank: float, sharing: int, in_group: int, given: bool) -> None:

@@ -133,8 +133,9 @@ class Loop:
         record: dict = {}
         finished = start >= epochs
         if finished:  # a finished run resumed: nothing to train, its checkpoint's metrics
-            self._say(f"already at epoch {start} of {epochs}: nothing left to train (--epochs is the total); "
-                      f"the checkpoint's metrics follow")
+            self._say((f"already at epoch {start} of {epochs}" if start == epochs else
+                       f"the checkpoint is at epoch {start}, past --epochs {epochs}")
+                      + ": nothing left to train (--epochs is the total); the checkpoint's metrics follow")
             record = {"epoch": start - 1}
         bar = Progress(epochs, "train", "epochs", self.progress, initial=min(start, epochs))
         for epoch in range(start, epochs):
@@ -267,7 +268,8 @@ class Loop:
                 why = None
                 self._say(f"--exchange auto: {name}, as the checkpoint was trained (resumed exactly)")
         if count_sum(why is not None, self.ctx):
-            self._say(f"resumed from epoch {state['epoch']}: model and optimiser restored; the exchange's policy "
+            self._say(f"resumed after epoch {state['epoch'] + 1} (counted from 1): model and optimiser restored; the "
+                      f"exchange's policy "
                       f"state starts afresh ({why or 'another rank: its halo plan differs'})")
             return True
         ex.load_state_dict(mine)
