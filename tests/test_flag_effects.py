@@ -30,3 +30,13 @@ def test_reuse_flags_name_their_channels(cora2, flags, line):
                         "--epochs", "2", "--progress", "none", *flags], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stderr.count("acts on") == 1 and line in r.stderr, r.stderr
+
+
+def test_exchange_flags_at_one_rank_say_they_act_on_nothing(tmp_path):
+    """One rank has no peer, so no halo: --codec, --staleness and --skip-threshold are said to do nothing."""
+    part = cli_partition(tmp_path, "karate", 1)
+    r = subprocess.run([sys.executable, "-m", "gnn_dist", "train", "--partition", str(part), "--epochs", "1",
+                        "--progress", "none", "--codec", "int8", "--staleness", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "[gnn-dist] --codec int8, --staleness 1 act on nothing at one rank: no halo is exchanged" in r.stderr

@@ -48,6 +48,17 @@ def stale_flags(a: argparse.Namespace) -> list[str]:
     return [k for k, v in defaults.items() if getattr(a, k) != v]
 
 
+def say_single_rank(a: argparse.Namespace, ctx) -> None:
+    """One line where exchange flags were given to a one-rank run: with no peer there is no halo to send, so
+    they act on nothing (the README promises every flag honoured or refused in one line)."""
+    given = [f for f, on in (("--codec " + a.codec, a.codec != "fp32"), (f"--staleness {a.staleness}", a.staleness),
+                             (f"--skip-threshold {a.skip_threshold:g}", a.skip_threshold),
+                             ("--exchange auto", a.exchange == "auto")) if on]
+    if given and ctx.world_size == 1 and ctx.is_main:
+        sys.stderr.write(f"[gnn-dist] {', '.join(given)} act{'s' * (len(given) == 1)} on nothing at one rank: "
+                         f"no halo is exchanged (launch with mpiexec -n P on a partition of P parts)\n")
+
+
 def exchange_config(a: argparse.Namespace):
     from gnn_dist.runtime.exchange import ExchangeConfig
 

@@ -6,7 +6,7 @@ import sys
 
 from gnn_dist import progress
 from gnn_dist.cli import cost_report, model_file
-from gnn_dist.cli.exchange_flags import auto_exchange, exchange_config, stale_flags
+from gnn_dist.cli.exchange_flags import auto_exchange, exchange_config, say_single_rank, stale_flags
 from gnn_dist.cli.train_flags import add_train_flags
 from partition.errors import GnnDistError, MissingExtraError, UsageError
 
@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         args.runtime_bytes = resident_bytes()  # before the partition is read: the runtime's own share
     torch.manual_seed(args.seed)
     cost_report.say_shape(args, ctx, meta, kind)  # one line where the partition was priced for another run shape
+    say_single_rank(args, ctx)  # one line where exchange flags have no halo to act on
     setup = {"dynamic": dynamic_setup, "static": static_setup, "typed": static_setup}[kind]
     model, make_trainer, summary = setup(args, ctx, meta)
 
