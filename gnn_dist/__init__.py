@@ -28,6 +28,10 @@ def _check_partitioner() -> None:
         raise ImportError(f"gnn-dist's partitioner is the package 'partition' at {ours}, but 'partition' is "
                           f"{found or 'not importable'}: another package of that name shadows it (rename or "
                           f"uninstall it, or run from another folder)")
+    init = ours / "__init__.py"
+    if 'PARTITIONER_OF = "gnn-dist"' not in (init.read_text(errors="replace") if init.is_file() else ""):
+        raise ImportError(f"{init} is not gnn-dist's partitioner: another distribution installed a package "
+                          f"'partition' over it (reinstall gnn-dist, and rename or uninstall the other)")
 
 
 _check_partitioner()

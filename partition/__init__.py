@@ -11,6 +11,7 @@ from partition.methods import METHODS, assign_parts
 from partition.stats import format_stats, partition_stats
 from partition.store import FORMAT_VERSION, read_meta, read_part, write_partition
 
+PARTITIONER_OF = "gnn-dist"  # gnn_dist reads this line at import: another package installed over this folder lacks it
 __all__ = [
     "Graph", "GnnDistError", "DataError", "UsageError", "PartitionFormatError", "METHODS", "assign_parts",
     "PartPlan", "build_parts",
