@@ -88,9 +88,11 @@ def save_model(path: str | Path, model, ctx, name: str, hidden: int = 16, layers
     """Write `model` as `gnn-dist train --save-model` does (gd.save_model), for predict and gd.load_model.
 
     Every rank calls it: learnable node rows are gathered from their owners to rank 0, which writes the
-    file atomically. `name` and the rest are the flags that rebuild the model (`build_model`'s, as `train`
-    takes them); a model of your own is named as `--model` would name it ("mymodels:build").
+    file atomically, and every rank returns once it is written (so a rank may load it next, where ranks
+    share the folder). `name` and the rest are the flags that rebuild the model (`build_model`'s, as
+    `train` takes them); a model of your own is named as `--model` would name it ("mymodels:build").
     """
+    from gnn_dist.runtime.collectives import count_sum
     from gnn_dist.train.checkpoint import model_state
 
     state = model_state(model, ctx)  # a collective: every rank
@@ -98,3 +100,4 @@ def save_model(path: str | Path, model, ctx, name: str, hidden: int = 16, layers
         write(path, argparse.Namespace(model=name, hidden=hidden, layers=layers, heads=heads, dropout=dropout,
                                        num_bases=num_bases, task=task, embedding_dim=embedding_dim,
                                        normalize_features=normalize_features), state)
+    count_sum(1, ctx)  # the ranks meet: the file is there
