@@ -349,8 +349,8 @@ def test_a_partition_records_the_shape_it_was_priced_for_and_train_names_a_diffe
     now, then = predict(parts, work(16, "fp32"), DEFAULT).epoch_s, predict(parts, work(64, "int8"), DEFAULT).epoch_s
     assert note == (f"note: p was partitioned for --model gcn --hidden 64 --layers 3 --codec int8, this run has "
                     f"--hidden 16, --codec fp32: the cost model predicts {now:.4g} s an epoch for it ({then:.4g} s for "
-                    f"the shape partitioned for); partition again with --hidden 16, --codec fp32 to fit the default "
-                    f"partition to it"), note
+                    f"the shape partitioned for); partition again with --hidden 16, --codec fp32 for a default "
+                    f"partition chosen for this run"), note
     assert shape_note(run(model="sage"), meta, 4) is None
     assert shape_note(run(codec="adaptive"), meta, 4) is None and shape_note(run(model="mine:build"), meta, 4) is None
     assert shape_note(run(hidden=16), {k: v for k, v in meta.items() if k != "priced_for"}, 4) is None  # older

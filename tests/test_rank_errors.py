@@ -175,11 +175,11 @@ def test_an_abort_waits_until_the_launcher_has_read_the_line():
 
 def test_a_script_at_one_rank_on_a_partition_of_two_says_so_in_one_line(parts, tmp_path):
     """The README's script without mpiexec: gnn-dist's own error is one line with the launch it needs, not a
-    traceback; an exception of the script's own keeps Python's traceback at one rank."""
+    traceback, and exit code 2 as the CLI's; an exception of the script's own keeps Python's traceback at one rank."""
     script = tmp_path / "train.py"
     script.write_text(f"import gnn_dist as gd\nwith gd.init() as ctx:\n    gd.load_partition({str(parts['good'])!r}, ctx)\n")
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("[gnn-dist] ")]
-    assert r.returncode == 1 and lines == [f"gnn-dist: error: launched with 1 rank but {parts['good']} has 2 parts "
+    assert r.returncode == 2 and lines == [f"gnn-dist: error: launched with 1 rank but {parts['good']} has 2 parts "
                                            f"(run mpiexec -n 2)"], r.stderr

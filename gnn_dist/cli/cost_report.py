@@ -136,9 +136,12 @@ def shape_note(args: argparse.Namespace, meta: dict, classes: int) -> str | None
         then = epoch(priced)
     except (KeyError, TypeError, ValueError):  # a priced_for edited by hand: the run's figure alone
         then = None
-    return (f"{head}, this run has {differ}: the cost model predicts {epoch(shape):.4g} s an epoch for it"
+    now = epoch(shape)
+    if then is not None and abs(now - then) < 0.02 * then:  # within the model's error: nothing to act on
+        return None
+    return (f"{head}, this run has {differ}: the cost model predicts {now:.4g} s an epoch for it"
             + (f" ({then:.4g} s for the shape partitioned for)" if then is not None else "")
-            + f"; partition again with {differ} to fit the default partition to it")
+            + f"; partition again with {differ} for a default partition chosen for this run")
 
 
 def say_shape(args: argparse.Namespace, ctx, meta: dict, kind: str) -> None:

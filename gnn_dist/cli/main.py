@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     except GnnDistError as e:
         say_error(f"gnn-dist {args.command}: error: ", str(e), args.command)
         rc = EXIT_CODES[e.kind]
-    except KeyboardInterrupt:
-        sys.stderr.write(f"gnn-dist {args.command}: interrupted\n")
+    except KeyboardInterrupt:  # mpiexec hands Ctrl-C to every rank: one line for them all
+        say_error(f"gnn-dist {args.command}: ", "interrupted", args.command)
         rc = 130
     if "torch" in sys.modules:  # leave torch.distributed together; on a failure, every peer leaves with rc
         from gnn_dist.runtime.launch import close_all

@@ -52,7 +52,7 @@ def read(path: str | Path, named: str | None) -> tuple[argparse.Namespace, dict]
         raise UsageError(f"--model {named} does not match the model {path} was saved with ({name})")
     if named is None and name not in REGISTRY:
         raise UsageError(f"{path} was saved with your own model {name}; gnn-dist imports no code that a file names: "
-                         f"pass --model {name} to run it")
+                         f"pass --model {name} (gd.load_model: model={name!r}) to run it")
     check(name)  # a user's model, named on the command line: importable from here?
     rebuild = {k: v for k, v in model.items() if k in FIELDS and k != "name"}
     return argparse.Namespace(model=name, seed=0, **rebuild), state
@@ -82,22 +82,45 @@ def load_model(path: str | Path, part, ctx, model: str | None = None):
     return rebuild(flags, weights, part, ctx, f"{path} (on this partition)")
 
 
-def save_model(path: str | Path, model, ctx, name: str, hidden: int = 16, layers: int = 2, heads: int = 8,
-               dropout: float = 0.5, num_bases: int = 2, task: str = "node", embedding_dim: int | None = None,
-               normalize_features: bool = False) -> None:
+def save_model(path: str | Path, model, ctx, name: str | None = None, **flags) -> None:
     """Write `model` as `gnn-dist train --save-model` does (gd.save_model), for predict and gd.load_model.
 
     Every rank calls it: learnable node rows are gathered from their owners to rank 0, which writes the
     file atomically, and every rank returns once it is written (so a rank may load it next, where ranks
-    share the folder). `name` and the rest are the flags that rebuild the model (`build_model`'s, as
-    `train` takes them); a model of your own is named as `--model` would name it ("mymodels:build").
+    share the folder). A built-in model (`gd.nn.build_model`) records its own name, hidden width, layers,
+    heads and dropout; a flag given that contradicts them is refused in one line, as a file that could never
+    load. A model of your own is named as `--model` would name it (`name="mymodels:build"`), with the
+    flags its builder reads (`hidden`, `layers`, `heads`, `dropout`, `num_bases`, `task`, `embedding_dim`,
+    `normalize_features`; train's defaults where not given).
     """
     from gnn_dist.runtime.collectives import count_sum
     from gnn_dist.train.checkpoint import model_state
 
+    spec = {"hidden": 16, "layers": 2, "heads": 8, "dropout": 0.5, "num_bases": 2, "task": "node",
+            "embedding_dim": None, "normalize_features": False}
+    unknown = sorted(set(flags) - set(spec))
+    if unknown:
+        raise UsageError(f"save_model: unknown model flag '{unknown[0]}' (flags: {', '.join(spec)})")
+    own = _builtin_spec(model)
+    for key, value in ({"name": name, **flags}.items() if own else ()):
+        if value is not None and value != own[key]:
+            raise UsageError(f"save_model: the model is a built-in {own['name']} with {key} {own[key]}, not "
+                             f"{value}: drop the flag (a built-in model records its own)")
+    if own is None and name is None:
+        raise UsageError("save_model: a model of your own needs name='MODULE:FUNCTION' (as --model names it)")
+    spec.update(flags, **(own or {"name": name}))
     state = model_state(model, ctx)  # a collective: every rank
     if ctx.is_main:
-        write(path, argparse.Namespace(model=name, hidden=hidden, layers=layers, heads=heads, dropout=dropout,
-                                       num_bases=num_bases, task=task, embedding_dim=embedding_dim,
-                                       normalize_features=normalize_features), state)
+        write(path, argparse.Namespace(model=spec.pop("name"), **spec), state)
     count_sum(1, ctx)  # the ranks meet: the file is there
+
+
+def _builtin_spec(model) -> dict | None:
+    """The flags of a model `gd.nn.build_model` made (inside learnable rows' wrapper too); None for others."""
+    from gnn_dist.nn.models import GNN
+
+    inner = getattr(model, "model", model)
+    if type(inner) is not GNN:
+        return None
+    return {"name": inner.kind, "hidden": inner.hidden, "layers": len(inner.convs), "heads": inner.heads,
+            "dropout": float(inner.dropout)}

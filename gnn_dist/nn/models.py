@@ -34,7 +34,7 @@ class GNN(nn.Module):
         super().__init__()
         if layers < 1:
             raise ValueError(f"layers must be >= 1, got {layers}")
-        self.kind, self.dropout, self.heads = kind, dropout, heads
+        self.kind, self.dropout, self.heads, self.hidden = kind, dropout, heads, hidden  # (gd.save_model reads them)
         dims = [in_channels] + [hidden] * (layers - 1) + [out_channels]
         self.convs = nn.ModuleList()
         self.aggregates_input = []  # layer i exchanges its input's rows (not x W): see hidden_dropout

@@ -45,6 +45,7 @@ __all__ = ["DistContext", "init", "close_all", "describe_user_error", "is_collec
 atexit.register(gc.collect)
 _OPEN: list["DistContext"] = []  # contexts not yet closed; closed at exit (registered after gc.collect: runs first)
 _EXIT: dict = {}  # sys.exit's status and caller, for a context that meets interpreter exit outside `with`
+_LEAVE_WITH: list[int] = []  # an exit code to leave with once the interpreter has run its exit handlers
 _STARTED = [0]  # contexts started by this process: each gets its own keys in the store
 DRAIN_S = 1.5  # rank 0, whose process holds the store, waits at most this long for its peers to go first
 
@@ -182,6 +183,9 @@ class DistContext:
             self._meet()
         except Exception as e:
             if self.world_size > 1 and not isinstance(e, KeyboardInterrupt):
+                peer = self.sentinel.wait_failure(3.0) if self.sentinel is not None else None
+                if peer is not None and peer.rank != self.rank:  # a peer failed: it said why, we leave with it
+                    self.fail(peer.line(), code=peer.code)
                 self.fail("left its script while its peers were still running (they did not reach the end within "
                           "--timeout): a `raise SystemExit` outside `with gd.init()`?", code=1, publish=True)
             raise
@@ -205,12 +209,17 @@ def close_all(code: int = 0) -> None:
 
 
 def _at_exit() -> None:
-    """Interpreter exit: a noted `sys.exit(n)`, n != 0, is this rank's failure; otherwise close cleanly."""
+    """Interpreter exit: a noted `sys.exit(n)`, n != 0, is this rank's failure; otherwise close cleanly.
+    Registered at import, so it runs after the handlers a script registers later."""
     code = exit_code(SystemExit(_EXIT["status"])) if _EXIT else 0
     for ctx in list(reversed(_OPEN)):
         if code and ctx.world_size > 1:
             ctx.fail(exit_line(_EXIT["status"], _EXIT["where"]), code=code, publish=True)
         ctx.close()
+    if _LEAVE_WITH:  # gnn-dist's own error, uncaught at one rank: the CLI's code, not Python's 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_LEAVE_WITH[0])
 
 
 atexit.register(_at_exit)
@@ -224,6 +233,7 @@ def _leave_on_uncaught(hook):
         ctx = next((c for c in reversed(_OPEN) if c.world_size > 1), None)
         if ctx is None and isinstance(exc, GnnDistError) and not debug():  # one rank: the input's fault, one line
             sys.stderr.write(f"gnn-dist: error: {exc}\n")
+            _LEAVE_WITH.append(exit_code(exc))  # 2, as the CLI: _at_exit leaves with it, after every other handler
             return None
         if ctx is None:
             return hook(exc_type, exc, tb)

@@ -46,6 +46,15 @@ def read(path: str | Path, fmt: str) -> dict:
     """A file written in format `fmt`, loaded as data only; one line (UsageError) for anything else."""
     what = _WHAT[fmt]
     try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {path} does not exist") from None
+    except OSError as e:
+        raise UsageError(f"{what} {path} cannot be read: {e.strerror or e}") from None
+    if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80":  # torch.save's zip, or an old torch's pickle
+        raise UsageError(f"{path} is not a gnn-dist {what} (not a file torch.save writes)")
+    try:
         with warnings.catch_warnings():  # torch's notes on pickle protocols would break the one line
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=True)
