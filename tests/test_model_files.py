@@ -108,7 +108,7 @@ def model_file(path, name: str) -> None:
     torch.save(checkpoint.stamped(checkpoint.MODEL, model=spec, state={}), path)
 
 
-@pytest.mark.parametrize("named, needle", [(None, "pass --model evilmod:build to run it"),
+@pytest.mark.parametrize("named, needle", [(None, "pass --model evilmod:build (gd.load_model: model="),
                                            ("evilmod:other", "does not match the model")])
 def test_a_user_model_named_in_a_file_runs_only_if_named_again(karate1, hostile, named, needle, monkeypatch, capsys):
     model_file(hostile / "m.pt", "evilmod:build")
