@@ -23,3 +23,5 @@ def test_a_flag_the_model_contradicts_or_a_nameless_own_model_is_one_line(tmp_pa
     with pytest.raises(gd.UsageError, match="unknown model flag 'hiden'"):
         gd.save_model(tmp_path / "m.pt", gcn, None, hiden=16)
     assert not list(tmp_path.iterdir())
+    with pytest.raises(AttributeError):  # a flag the model does not record (task) passes the check: ctx is used next
+        gd.save_model(tmp_path / "m.pt", gcn, None, task="node")

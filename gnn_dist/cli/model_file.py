@@ -103,7 +103,7 @@ def save_model(path: str | Path, model, ctx, name: str | None = None, **flags) -
         raise UsageError(f"save_model: unknown model flag '{unknown[0]}' (flags: {', '.join(spec)})")
     own = _builtin_spec(model)
     for key, value in ({"name": name, **flags}.items() if own else ()):
-        if value is not None and value != own[key]:
+        if value is not None and key in own and value != own[key]:  # task, num_bases...: the builder's, not its
             raise UsageError(f"save_model: the model is a built-in {own['name']} with {key} {own[key]}, not "
                              f"{value}: drop the flag (a built-in model records its own)")
     if own is None and name is None:
