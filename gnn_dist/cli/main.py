@@ -63,11 +63,9 @@ def say_error(head: str, message: str, command: str) -> None:
 def end_job(rc: int) -> int:
     """`rc`; a failure under mpiexec first ends every rank with it (MPI_Abort), so that ranks left quiet by
     `say_error`, and ranks that met no error, leave now with this code instead of waiting for their peers."""
-    if rc and rc != 130 and "mpi4py.MPI" in sys.modules:
-        from gnn_dist.runtime.alike import mpi_world
+    if rc and rc != 130 and "mpi4py.MPI" in sys.modules:  # (importing mpi4py would start MPI)
+        from gnn_dist.runtime.alike import mpi_abort, mpi_world
 
         if mpi_world():
-            from gnn_dist.runtime.alike import mpi_abort
-
             mpi_abort(rc)
     return rc

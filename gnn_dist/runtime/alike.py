@@ -85,7 +85,7 @@ def report(message: str, render: Render, stream=None, start_mpi: bool = True) ->
     groups: dict[str, list[int]] = {}
     for r in sorted(heard):
         groups.setdefault(heard[r], []).append(r)
-    _write(stream, "".join(render(who(ranks, size), text) + "\n" for text, ranks in groups.items()).rstrip("\n"))
+    _write(stream, "\n".join(render(who(ranks, size), text) for text, ranks in groups.items()))
     wait_until_read((2,))  # on the launcher's side before any peer, told it is covered, leaves and ends the job
     _send(comm, json.dumps(sorted(heard)).encode(), [r for r in range(size) if r != rank], COVER_TAG)
 

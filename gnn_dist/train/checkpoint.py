@@ -58,8 +58,6 @@ def read(path: str | Path, fmt: str) -> dict:
         with warnings.catch_warnings():  # torch's notes on pickle protocols would break the one line
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise UsageError(f"{what} {path} does not exist") from None
     except Exception as e:  # UnpicklingError: something other than tensors and plain values; else not a torch file
         found = re.search(r"(?i)(GLOBAL [\w.]+|unsupported operand \S+|unsupported class \S+)", str(e))
         if found or "weights only" in str(e).lower():
