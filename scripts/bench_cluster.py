@@ -140,6 +140,7 @@ def measure(log: Path, warmup: int, rate: str) -> dict:
             "bound_s": statistics.median(bounds), "predicted_s": (first.get("prediction") or {}).get("epoch_s"),
             "threads": first.get("rank_threads"), "usable_cpus": first.get("rank_usable_cpus"),
             "compute_max_s": statistics.median(max(e["rank_compute_s"]) for e in timed),
+            "rank_compute_s": [statistics.median(c) for c in zip(*(e["rank_compute_s"] for e in timed))],
             "bytes_max": statistics.median(max(max(e["rank_sent_bytes"]), max(e["rank_recv_bytes"])) for e in timed),
             "test_acc": next((r["test_acc"] for r in reversed(records) if "test_acc" in r), None),
             "records": [{k: r[k] for k in keep if k in r} for r in epochs]}

@@ -34,6 +34,7 @@ def test_the_bound_is_the_busiest_rank_with_the_wire_its_overlap_did_not_hide(tm
     assert m["epoch_s"] == 3.5 and m["epochs_timed"] == 2
     assert m["bound_s"] == pytest.approx(2.0 + (2.0 - 0.5))  # rank 0: 3.5 s; rank 1: 2.8 + max(0, 1 - 1.5) = 2.8
     assert m["predicted_s"] == 2.5 and m["threads"] == [1, 1] and m["test_acc"] == 0.7
+    assert m["rank_compute_s"] == [2.0, 2.8]  # each rank's median over the timed epochs
     assert [r["epoch"] for r in m["records"]] == [0, 1, 2] and m["records"][2]["eval_time"] == 0.1
     assert bench_cluster.measure(log, warmup=1, rate="none")["bound_s"] == 2.8  # unshaped links: compute alone
 

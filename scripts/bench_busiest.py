@@ -1,0 +1,170 @@
+"""The busiest rank on emulated hosts: the cost model's prediction beside the measured epoch, and the default
+partition against `--balance nodes` and Mt-KaHyPar's volume objective (docs/benchmarks.md, "The cost model
+on emulated hosts"). Needs root (scripts/netlab.py).
+
+    python scripts/bench_busiest.py run [--hosts 4x0.45,2x0.45,8x0.22,4x0.22,2x0.22] [--rates 1gbit,none]
+                                        [--graphs rmat,sbm,grid] [--compare 4x0.45,8x0.22] [--repeat 3]
+    python scripts/bench_busiest.py table
+
+Per lab (P hosts of C cores, links at a rate) `run` measures the machine profile where the ranks train
+(`netlab.py profile`: `gnn-dist profile-machine --link` inside the hosts), partitions each graph with the
+default, priced by that profile for GCN 3 layers hidden 128 (`partition --machine --hidden 128 --layers 3`),
+and trains it with that profile, so the first logged epoch carries the model's prediction. Where --compare
+names the lab, at the first rate, `--balance nodes` and `--method mtkahypar --objective vol --balance nodes`
+train too. Partitions are made outside the hosts, once. Each run appends a row to --results; a rerun skips
+rows already there, and the repeats are outermost, so a cut-short run still has whole repeats.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_cluster as bc  # noqa: E402
+import keepawake  # noqa: E402
+import netlab  # noqa: E402
+
+GRAPHS = {"rmat": "rmat:scale=18,edges=4000000,features=128",
+          "sbm": "sbm:nodes=200000,avg_degree=16,features=128",
+          "grid": "grid:width=500,height=500,features=128"}
+OTHERS = {"nodes": ["--balance", "nodes"],
+          "mtkahypar-vol": ["--method", "mtkahypar", "--objective", "vol", "--balance", "nodes"]}
+
+
+def hosts_list(text: str) -> list[tuple[int, float]]:
+    """--hosts/--compare: PxC, comma-separated (4x0.45: four hosts of 0.45 core)."""
+    try:
+        out = [(int(p), float(c)) for p, c in (x.split("x") for x in text.split(",") if x)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PxC,... (e.g. 4x0.45,8x0.22), got {text!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError("no hosts given")
+    return out
+
+
+def partition(spec: str, p: int, out: Path, flags: list[str]) -> Path:
+    """`gnn-dist partition` into `out` (once), priced for the model trained here."""
+    if not (out / "partition.json").exists():
+        t = time.perf_counter()
+        r = subprocess.run([*bc.GNN, "partition", "--dataset", spec, "--parts", str(p), "--out", str(out), "--hidden",
+                            "128", "--layers", "3", "--progress", "none", "--force", *flags], cwd=ROOT,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"bench_busiest: partitioning {spec} into {p} ({' '.join(flags)}) failed: "
+                             f"{(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}")
+        print(f"[busiest] partitioned {out.name} ({time.perf_counter() - t:.0f} s)", file=sys.stderr)
+    return out
+
+
+def profile(work: Path, p: int, cores: float, rate: str) -> Path:
+    """The machine profile of the lab now up, measured once inside its hosts."""
+    out = work / f"machine-{p}x{cores:g}-{rate}.json"
+    if not out.exists():
+        t = time.perf_counter()
+        if netlab.profile(str(out), name=f"lab {p}x{cores:g} cores, {rate}") != 0:
+            raise SystemExit(f"bench_busiest: profiling {p} hosts of {cores:g} core at {rate} failed")
+        print(f"[busiest] profiled {out.name} ({time.perf_counter() - t:.0f} s)", file=sys.stderr)
+    return out
+
+
+def run(a: argparse.Namespace) -> None:
+    res, lab, t0 = bc.Results(a.results), bc.Lab(), time.perf_counter()
+    a.work.mkdir(parents=True, exist_ok=True)
+    try:
+        for rep in range(a.repeat):
+            for p, cores in a.hosts:
+                for rate in a.rates:
+                    variants = ["default"] + (list(OTHERS) if (p, cores) in a.compare and rate == a.rates[0] else [])
+                    keys = [({"kind": "busiest", "graph": GRAPHS[g], "P": p, "cores": cores, "rate": rate,
+                              "partition": v, "rep": rep}, g, v) for g in a.graphs for v in variants]
+                    todo = [(k, g, v) for k, g, v in keys if not res.done(**k)]
+                    if not todo:
+                        continue
+                    lab.use(p, rate, cores)
+                    machine = profile(a.work, p, cores, rate)
+                    for key, g, v in todo:
+                        name = f"{g}-{p}-" + (f"default-{p}x{cores:g}-{rate}" if v == "default" else v)
+                        flags = ["--machine", str(machine)] if v == "default" else OTHERS[v]
+                        part = partition(GRAPHS[g], p, a.work / name, flags)
+                        bc.lab_run(res, key, part, a.work, a.epochs, 0, ["--machine", str(machine)], rate)
+    finally:
+        lab.close()
+    print(f"[busiest] done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+
+def table(a: argparse.Namespace) -> None:
+    """The validation table (default partitions: predicted beside measured) and the comparison table."""
+    rows = [r for r in bc.Results(a.results).rows if r.get("kind") == "busiest"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["graph"], r["P"], r["cores"], r["rate"], r["partition"]), []).append(r)
+    med = {k: summary(v) for k, v in groups.items()}
+    print("| graph | hosts | link | runs | epoch s | range | predicted s | predicted / measured | "
+          "busiest compute / mean |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    near = []
+    for (g, p, c, rate, v), m in sorted(med.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1], kv[0][3])):
+        if v != "default":
+            continue
+        near.append(abs(m["predicted"] / m["epoch"] - 1) <= 0.2)
+        print(f"| `{g.split(':')[0]}` | {p} x {c:g} core | {rate} | {m['runs']} | {m['epoch']:.3f} | {m['range']} | "
+              f"{m['predicted']:.3f} | {m['predicted'] / m['epoch']:.2f} | {m['skew']:.2f} |")
+    print(f"\nwithin 20%: {sum(near)} of {len(near)}\n")
+    print("| graph | hosts | link | partition | runs | epoch s | range | x --balance nodes | busiest compute / mean |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (g, p, c, rate, v), m in sorted(med.items()):
+        nodes = med.get((g, p, c, rate, "nodes"))
+        if nodes is None:
+            continue
+        print(f"| `{g.split(':')[0]}` | {p} x {c:g} core | {rate} | {v} | {m['runs']} | {m['epoch']:.3f} | {m['range']} | "
+              f"{m['epoch'] / nodes['epoch']:.2f} | {m['skew']:.2f} |")
+
+
+def summary(rows: list[dict]) -> dict:
+    """Medians over a row's runs: the epoch, the prediction, and the busiest rank's compute over the mean rank's."""
+    epochs = [r["epoch_s"] for r in rows]
+    skews = [max(r["rank_compute_s"]) / statistics.mean(r["rank_compute_s"]) for r in rows]
+    return {"runs": len(rows), "epoch": statistics.median(epochs), "skew": statistics.median(skews),
+            "range": f"{min(epochs):.3f}-{max(epochs):.3f}" if len(rows) > 1 else "-",
+            "predicted": statistics.median(r["predicted_s"] for r in rows)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", type=Path, default=ROOT / "out" / "busiest" / "results.jsonl")
+    ap.add_argument("--work", type=Path, default=ROOT / "out" / "busiest", help="partitions, profiles and logs")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="measure (root: the lab)")
+    r.add_argument("--hosts", type=hosts_list, default=hosts_list("4x0.45,2x0.45,8x0.22,4x0.22,2x0.22"),
+                   help="labs to measure, PxC comma-separated (P hosts of C cores)")
+    r.add_argument("--rates", type=lambda x: x.split(","), default=["1gbit", "none"],
+                   help="link rates (none: unshaped); the first is the comparison's")
+    r.add_argument("--graphs", type=lambda x: x.split(","), default=list(GRAPHS), help=", ".join(GRAPHS))
+    r.add_argument("--compare", type=hosts_list, default=hosts_list("4x0.45,8x0.22"),
+                   help="labs where --balance nodes and Mt-KaHyPar vol train beside the default")
+    r.add_argument("--repeat", type=int, default=3)
+    r.add_argument("--epochs", type=int, default=5, help="epochs a run (the first is warm-up)")
+    sub.add_parser("table", help="the markdown tables, medians over repeats")
+    a = ap.parse_args()
+    if a.cmd == "table":
+        return table(a)
+    if set(a.graphs) - set(GRAPHS):
+        ap.error(f"--graphs: choose from {', '.join(GRAPHS)}")
+    if os.geteuid() != 0:
+        raise SystemExit("bench_busiest: needs root (it runs the network lab: namespaces, tc and cgroups)")
+    spinners = keepawake.spin(die_with_parent=True)  # hosts below a core: vCPUs that never halt (bench_cluster.py)
+    try:
+        run(a)
+    finally:
+        keepawake.unspin(spinners)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""scripts/bench_busiest.py without root: its lab list, and its tables from a results file (medians over the
+repeats, the model's error, the busiest rank against the mean, the default against --balance nodes)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_busiest  # noqa: E402
+
+RMAT = bench_busiest.GRAPHS["rmat"]
+
+
+def test_hosts_are_read_as_count_by_cores():
+    assert bench_busiest.hosts_list("4x0.45,8x0.22") == [(4, 0.45), (8, 0.22)]
+    with pytest.raises(argparse.ArgumentTypeError, match="PxC"):
+        bench_busiest.hosts_list("4,0.45")
+
+
+def row(partition: str, rep: int, epoch: float, predicted: float, compute: list) -> dict:
+    return {"kind": "busiest", "graph": RMAT, "P": 4, "cores": 0.45, "rate": "1gbit", "partition": partition,
+            "rep": rep, "epoch_s": epoch, "predicted_s": predicted, "rank_compute_s": compute}
+
+
+def test_tables_take_medians_over_repeats(tmp_path, capsys):
+    rows = [row("default", 0, 2.0, 2.1, [1.0, 1.0, 1.0, 1.0]), row("default", 1, 2.2, 2.1, [1.2, 1.0, 1.0, 0.8]),
+            row("default", 2, 9.0, 2.1, [2.0, 1.0, 0.5, 0.5]),  # one slow run: the median ignores it
+            row("nodes", 0, 4.0, 3.0, [2.0, 1.0, 0.5, 0.5]), row("nodes", 1, 4.4, 3.0, [2.0, 1.0, 0.5, 0.5])]
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench_busiest.table(SimpleNamespace(results=results))
+    out = capsys.readouterr().out
+    # the default's median epoch 2.2, predicted 2.1 (0.95x), busiest over mean: median of 1.0, 1.2, 2.0
+    assert "| `rmat` | 4 x 0.45 core | 1gbit | 3 | 2.200 | 2.000-9.000 | 2.100 | 0.95 | 1.20 |" in out
+    assert "within 20%: 1 of 1" in out
+    # against --balance nodes (median 4.2): 2.2 / 4.2
+    assert "| `rmat` | 4 x 0.45 core | 1gbit | default | 3 | 2.200 | 2.000-9.000 | 0.52 | 1.20 |" in out
+    assert "| `rmat` | 4 x 0.45 core | 1gbit | nodes | 2 | 4.200 | 4.000-4.400 | 1.00 | 2.00 |" in out
