@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +45,8 @@ def hosts_list(text: str) -> list[tuple[int, float]]:
         out = [(int(p), float(c)) for p, c in (x.split("x") for x in text.split(",") if x)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected PxC,... (e.g. 4x0.45,8x0.22), got {text!r}") from None
-    if not out:
-        raise argparse.ArgumentTypeError("no hosts given")
+    if not out or min(p for p, _ in out) < 2:
+        raise argparse.ArgumentTypeError(f"at least 2 hosts a lab (the profile times links between them), got {text!r}")
     return out
 
 
@@ -67,9 +68,10 @@ def profile(work: Path, p: int, cores: float, rate: str) -> Path:
     """The machine profile of the lab now up, measured once inside its hosts."""
     out = work / f"machine-{p}x{cores:g}-{rate}.json"
     if not out.exists():
-        t = time.perf_counter()
-        if netlab.profile(str(out), name=f"lab {p}x{cores:g} cores, {rate}") != 0:
+        t, part = time.perf_counter(), out.with_name(out.stem + ".part.json")  # netlab writes it twice: a kill leaves no half
+        if netlab.profile(str(part), name=f"lab {p}x{cores:g} cores, {rate}") != 0:
             raise SystemExit(f"bench_busiest: profiling {p} hosts of {cores:g} core at {rate} failed")
+        part.rename(out)
         print(f"[busiest] profiled {out.name} ({time.perf_counter() - t:.0f} s)", file=sys.stderr)
     return out
 
@@ -90,7 +92,8 @@ def run(a: argparse.Namespace) -> None:
                     lab.use(p, rate, cores)
                     machine = profile(a.work, p, cores, rate)
                     for key, g, v in todo:
-                        name = f"{g}-{p}-" + (f"default-{p}x{cores:g}-{rate}" if v == "default" else v)
+                        name = (f"{g}-{zlib.crc32(GRAPHS[g].encode()):08x}-"
+                                + (f"default-{p}x{cores:g}-{rate}" if v == "default" else f"{p}-{v}"))
                         flags = ["--machine", str(machine)] if v == "default" else OTHERS[v]
                         part = partition(GRAPHS[g], p, a.work / name, flags)
                         bc.lab_run(res, key, part, a.work, a.epochs, 0, ["--machine", str(machine)], rate)
@@ -129,11 +132,11 @@ def table(a: argparse.Namespace) -> None:
 
 def summary(rows: list[dict]) -> dict:
     """Medians over a row's runs: the epoch, the prediction, and the busiest rank's compute over the mean rank's."""
-    epochs = [r["epoch_s"] for r in rows]
+    epochs, predicted = [r["epoch_s"] for r in rows], [r["predicted_s"] for r in rows if r["predicted_s"]]
     skews = [max(r["rank_compute_s"]) / statistics.mean(r["rank_compute_s"]) for r in rows]
     return {"runs": len(rows), "epoch": statistics.median(epochs), "skew": statistics.median(skews),
             "range": f"{min(epochs):.3f}-{max(epochs):.3f}" if len(rows) > 1 else "-",
-            "predicted": statistics.median(r["predicted_s"] for r in rows)}
+            "predicted": statistics.median(predicted) if predicted else float("nan")}
 
 
 def main() -> None:
@@ -153,6 +156,7 @@ def main() -> None:
     r.add_argument("--epochs", type=int, default=5, help="epochs a run (the first is warm-up)")
     sub.add_parser("table", help="the markdown tables, medians over repeats")
     a = ap.parse_args()
+    a.results, a.work = a.results.resolve(), a.work.resolve()  # partitions run from the repository root
     if a.cmd == "table":
         return table(a)
     if set(a.graphs) - set(GRAPHS):

@@ -22,6 +22,8 @@ def test_hosts_are_read_as_count_by_cores():
     assert bench_busiest.hosts_list("4x0.45,8x0.22") == [(4, 0.45), (8, 0.22)]
     with pytest.raises(argparse.ArgumentTypeError, match="PxC"):
         bench_busiest.hosts_list("4,0.45")
+    with pytest.raises(argparse.ArgumentTypeError, match="at least 2 hosts"):
+        bench_busiest.hosts_list("1x0.22")  # one host has no link to profile
 
 
 def row(partition: str, rep: int, epoch: float, predicted: float, compute: list) -> dict:
