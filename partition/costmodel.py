@@ -35,6 +35,7 @@ nothing per epoch. torch-free, so `gnn-dist partition` can use it; the runtime i
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -156,7 +157,19 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
         rows = int(part["inner"]) + int(part["halo"])  # what top_reads counted: every row the product reads
         hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share, rows))
     per_row = float(part["inner"]) / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0
-    return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core + per_row) * layer.width
+    seconds = (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core + per_row) * layer.width
+    return seconds / machine.width_speedup("sparse", layer.width)
+
+
+def dense_rate(layer: Layer, machine: Machine) -> float:
+    """Flops per second of `layer`'s dense products on one core, at its widths."""
+    return machine.dense_per_core * machine.width_speedup("dense", math.sqrt(layer.d_in * layer.d_out))
+
+
+def dense_flops(rows: float, layer: Layer, index: int) -> float:
+    """A step's dense flops of `layer` (the `index`-th) on `rows` rows: forward, the weight's gradient and, past
+    the first layer, the input's."""
+    return 2.0 * rows * layer.d_in * layer.d_out * (2 + (index > 0))
 
 
 def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float]:
@@ -165,7 +178,7 @@ def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float
     sparse = dense = elem = 0.0
     for i, layer in enumerate(plan):
         sparse += (edges + inner) * layer.width * (1 + layer.backward_sparse)
-        dense += 2.0 * inner * layer.d_in * layer.d_out * (2 + (i > 0))  # forward, weight grad, input grad
+        dense += dense_flops(inner, layer, i)
         # dropout (and ReLU) of the input, bias of the output, each forward and backward
         elem += 2.0 * (inner + (halo if i == 0 else 0.0)) * layer.d_in + 2.0 * inner * layer.d_out
     return sparse, dense, elem
@@ -182,7 +195,7 @@ def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, shari
     """Per layer, one direction's seconds at one core: (sparse product, dense product, elementwise on its
     input, elementwise on its output), as `rank_work` counts them."""
     inner, halo = float(part["inner"]), float(part["halo"])
-    return [(sparse_seconds(part, la, machine, sharing), 2.0 * inner * la.d_in * la.d_out / machine.dense_per_core,
+    return [(sparse_seconds(part, la, machine, sharing), 2.0 * inner * la.d_in * la.d_out / dense_rate(la, machine),
              (inner + (halo if i == 0 else 0.0)) * la.d_in / machine.elementwise_per_core,
              inner * la.d_out / machine.elementwise_per_core) for i, la in enumerate(plan)]
 
@@ -274,9 +287,10 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     graph_only = dataclasses.replace(machine, step_s=0.0, latency_s=0.0) if fixed else machine
     ranks, one_core, phased = [], [], []
     for k, part in enumerate(parts):
-        _, dense, elem = rank_work(part, plan)
+        _, _, elem = rank_work(part, plan)
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
-        d, e = dense / machine.dense_per_core, elem / machine.elementwise_per_core
+        d = sum(dense_flops(float(part["inner"]), la, i) / dense_rate(la, machine) for i, la in enumerate(plan))
+        e = elem / machine.elementwise_per_core
         one_core.append(s + d + e + graph_only.step_s)
         phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads * speed,
                              work.codec)
@@ -299,10 +313,11 @@ def node_seconds(in_degree: np.ndarray, work: Workload, machine: Machine) -> np.
     """Each node's share of a step's compute at one core: its edges' sparse work plus its row's dense and
     elementwise work (what its owner pays for holding it)."""
     plan = layers(work)
-    sparse = sum(la.width * (1 + la.backward_sparse) for la in plan)
-    dense = sum(2.0 * la.d_in * la.d_out * (2 + (i > 0)) for i, la in enumerate(plan))
+    # a row's columns over the layers, each layer's counted at its width's speed
+    sparse = sum(la.width * (1 + la.backward_sparse) / machine.width_speedup("sparse", la.width) for la in plan)
+    dense = sum(dense_flops(1.0, la, i) / dense_rate(la, machine) for i, la in enumerate(plan))
     elem = sum(2.0 * (la.d_in + la.d_out) for la in plan)
-    per_row = dense / machine.dense_per_core + elem / machine.elementwise_per_core + (
+    per_row = dense + elem / machine.elementwise_per_core + (
         sparse / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0)
     return (np.asarray(in_degree, dtype=np.float64) + 1.0) * sparse / machine.sparse_per_core + per_row
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from partition.errors import DataError
 
+NARROW, WIDE = 16, 128  # columns: the widths the profile's mean rates and its wide rates stand for
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -47,6 +49,22 @@ class Machine:
     # row-columns per second on one core. Weighs on parts of few edges a row (a grid's 4); 0: not measured, and
     # then folded into the edge rates, as measured at 10 edges a row (profiles before it)
     sparse_row_per_core: float = 0.0
+    # the rates of a layer WIDE columns wide (a sparse product's edge rate, a WIDE x WIDE dense product's flops): the
+    # rates above are means over widths that the narrow ones dominate, and a wide row runs faster per column
+    # (one random row read brings 512 bytes, not 64; a large matrix product keeps the vector units busy). Widths
+    # between NARROW and WIDE are priced between the two (`width_speedup`); 0: not measured, every width alike
+    sparse_wide_per_core: float = 0.0
+    dense_wide_per_core: float = 0.0
+
+    def width_speedup(self, kernel: str, width: float) -> float:
+        """How much faster than its profile rate a `kernel` ("sparse" or "dense") runs `width` columns wide
+        (a dense product: the geometric mean of its two widths): 1 up to NARROW, the measured wide rate's
+        ratio from WIDE on, log-linear between (no extrapolation past either)."""
+        base, wide = ((self.sparse_per_core, self.sparse_wide_per_core) if kernel == "sparse"
+                      else (self.dense_per_core, self.dense_wide_per_core))
+        if not wide or width <= NARROW:
+            return 1.0
+        return (wide / base) ** min(1.0, math.log(width / NARROW) / math.log(WIDE / NARROW))
 
     def describe(self) -> str:
         """One line: what the predictions assume."""
@@ -60,6 +78,8 @@ class Machine:
                 + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a host) read at {self.hot_rate / 1e9:.2f} "
                    f"G edge-columns/s" if self.cache_bytes else "")
                 + (f"; sparse rows {self.sparse_row_per_core / 1e9:.2f} G row-columns/s" if self.sparse_row_per_core else "")
+                + (f"; {WIDE} wide: sparse {self.sparse_wide_per_core / 1e9:.2f} G edge-columns/s, dense "
+                   f"{self.dense_wide_per_core / 1e9:.1f} GFLOP/s" if self.sparse_wide_per_core else "")
                 + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else "")
                 + (f" among {self.epoch_fixed_ranks} ranks" if self.epoch_fixed_s and self.epoch_fixed_ranks else ""))
 
@@ -98,14 +118,14 @@ LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elemen
           "link_bytes_per_s": (1e3, 1e13), "latency_s": (0.0, 60.0), "link_burst_bytes": (0.0, 1e15),
           "sparse_hot_per_core": (1e3, 1e15), "cache_bytes": (1024.0, 1e15),
           "epoch_fixed_s": (1e-6, 3600.0), "epoch_fixed_ranks": (0, 1 << 20), "link_rate_bytes_per_s": (1e3, 1e13),
-          "sparse_row_per_core": (1e3, 1e15)}
+          "sparse_row_per_core": (1e3, 1e15), "sparse_wide_per_core": (1e3, 1e15), "dense_wide_per_core": (1e3, 1e16)}
 # absent from older profiles: 0, not measured
 OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "epoch_fixed_ranks",
-            "link_rate_bytes_per_s", "sparse_row_per_core")
+            "link_rate_bytes_per_s", "sparse_row_per_core", "sparse_wide_per_core", "dense_wide_per_core")
 # 0 (not measured) or within LIMITS: a rate of 1e-300 would price a product at 1e305 s, and a fixed epoch of
 # 1e-320 s would switch the model to a measured fixed cost of nothing
 UNMEASURED_ZERO = ("sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "link_rate_bytes_per_s",
-                   "sparse_row_per_core")
+                   "sparse_row_per_core", "sparse_wide_per_core", "dense_wide_per_core")
 WHOLE = ("ranks_per_host", "epoch_fixed_ranks")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from partition.machine import WIDE
+
 
 def median_of(fn, repeat: int) -> float:
     """The median of `repeat` calls after one warm-up: the rate a kernel keeps inside a training step. (The
@@ -38,7 +40,8 @@ def set_sample_s(seconds: float) -> None:
     _SAMPLE_S[0] = seconds
 
 
-# (input, output) widths timed: GCN's layers at the default hidden 16 and at 128, narrow and wide
+# (input, output) widths timed: GCN's layers at the default hidden 16 and at 128, narrow and wide; the last is
+# also the profile's wide rates (partition.machine.WIDE)
 WIDTHS = ((32, 16), (16, 8), (128, 16), (16, 128), (128, 128))
 
 
@@ -91,8 +94,10 @@ def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
     finally:
         torch.set_num_threads(threads)
     cold_rate, hot_rate, row_rate = split_row_cost(_harmonic(sparse), _harmonic(hot), _harmonic(one_edge), 10)
+    wide = WIDTHS.index((WIDE, WIDE))  # a wide layer's rates: the means above are the narrow widths' (harmonic)
     return {"sparse_per_core": cold_rate, "sparse_hot_per_core": hot_rate, "cache_bytes": float(cache),
             "sparse_row_per_core": row_rate,
+            "sparse_wide_per_core": cold_rate * sparse[wide] / _harmonic(sparse), "dense_wide_per_core": dense[wide],
             "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
 
 
