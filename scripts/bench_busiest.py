@@ -64,10 +64,20 @@ def partition(spec: str, p: int, out: Path, flags: list[str]) -> Path:
     return out
 
 
-def profile(work: Path, p: int, cores: float, rate: str) -> Path:
-    """The machine profile of the lab now up, measured once inside its hosts."""
-    out = work / f"machine-{p}x{cores:g}-{rate}.json"
-    if not out.exists():
+def part_dir(work: Path, spec: str, p: int, cores: float, rate: str, variant: str) -> Path:
+    """Where a row's partition lives: the default's is priced for its lab, the others are the same on every lab."""
+    name = f"{spec.split(':')[0]}-{zlib.crc32(spec.encode()):08x}-"
+    return work / (name + (f"default-{p}x{cores:g}-{rate}" if variant == "default" else f"{p}-{variant}"))
+
+
+def profile_path(work: Path, p: int, cores: float, rate: str) -> Path:
+    return work / f"machine-{p}x{cores:g}-{rate}.json"
+
+
+def profile(work: Path, p: int, cores: float, rate: str, again: bool = False) -> Path:
+    """The machine profile of the lab now up, measured once inside its hosts (`again`: measured anew)."""
+    out = profile_path(work, p, cores, rate)
+    if again or not out.exists():
         t, part = time.perf_counter(), out.with_name(out.stem + ".part.json")  # netlab writes it twice: a kill leaves no half
         if netlab.profile(str(part), name=f"lab {p}x{cores:g} cores, {rate}") != 0:
             raise SystemExit(f"bench_busiest: profiling {p} hosts of {cores:g} core at {rate} failed")
@@ -92,19 +102,46 @@ def run(a: argparse.Namespace) -> None:
                     lab.use(p, rate, cores)
                     machine = profile(a.work, p, cores, rate)
                     for key, g, v in todo:
-                        name = (f"{g}-{zlib.crc32(GRAPHS[g].encode()):08x}-"
-                                + (f"default-{p}x{cores:g}-{rate}" if v == "default" else f"{p}-{v}"))
                         flags = ["--machine", str(machine)] if v == "default" else OTHERS[v]
-                        part = partition(GRAPHS[g], p, a.work / name, flags)
+                        part = partition(GRAPHS[g], p, part_dir(a.work, GRAPHS[g], p, cores, rate, v), flags)
                         bc.lab_run(res, key, part, a.work, a.epochs, 0, ["--machine", str(machine)], rate)
     finally:
         lab.close()
     print(f"[busiest] done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
+def reprofile(a: argparse.Namespace) -> None:
+    """Measure each lab's profile anew (a profile taken before the model learnt a field; `table --repredict`
+    then prices the rows already measured with it)."""
+    lab = bc.Lab()
+    try:
+        for p, cores in a.hosts:
+            for rate in a.rates:
+                lab.use(p, rate, cores)
+                profile(a.work, p, cores, rate, again=True)
+    finally:
+        lab.close()
+
+
+def repredict(row: dict, work: Path) -> float:
+    """The current cost model's epoch for a measured row: its partition, its lab's profile (as now on disk)."""
+    from partition.costmodel import Workload, predict
+    from partition.machine import load
+    from partition.part_counts import parts_from_meta
+    from partition.store import read_meta
+
+    meta = read_meta(str(part_dir(work, row["graph"], row["P"], row["cores"], row["rate"], row["partition"])))
+    machine = load(str(profile_path(work, row["P"], row["cores"], row["rate"])))
+    work_ = Workload(meta["num_features"], meta["num_classes"], 128, 3)
+    return predict(parts_from_meta(meta), work_, machine).epoch_s
+
+
 def table(a: argparse.Namespace) -> None:
     """The validation table (default partitions: predicted beside measured) and the comparison table."""
     rows = [r for r in bc.Results(a.results).rows if r.get("kind") == "busiest"]
+    if a.repredict:
+        sys.path.insert(0, str(ROOT))
+        rows = [dict(r, predicted_s=repredict(r, a.work)) for r in rows]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["graph"], r["P"], r["cores"], r["rate"], r["partition"]), []).append(r)
@@ -154,18 +191,23 @@ def main() -> None:
                    help="labs where --balance nodes and Mt-KaHyPar vol train beside the default")
     r.add_argument("--repeat", type=int, default=3)
     r.add_argument("--epochs", type=int, default=5, help="epochs a run (the first is warm-up)")
-    sub.add_parser("table", help="the markdown tables, medians over repeats")
+    t = sub.add_parser("table", help="the markdown tables, medians over repeats")
+    t.add_argument("--repredict", action="store_true",
+                   help="price each row with the current cost model (its partition and its lab's profile in --work)")
+    rp = sub.add_parser("reprofile", help="measure the labs' profiles anew (root)")
+    rp.add_argument("--hosts", type=hosts_list, required=True)
+    rp.add_argument("--rates", type=lambda x: x.split(","), required=True)
     a = ap.parse_args()
     a.results, a.work = a.results.resolve(), a.work.resolve()  # partitions run from the repository root
     if a.cmd == "table":
         return table(a)
-    if set(a.graphs) - set(GRAPHS):
+    if a.cmd == "run" and set(a.graphs) - set(GRAPHS):
         ap.error(f"--graphs: choose from {', '.join(GRAPHS)}")
     if os.geteuid() != 0:
         raise SystemExit("bench_busiest: needs root (it runs the network lab: namespaces, tc and cgroups)")
     spinners = keepawake.spin(die_with_parent=True)  # hosts below a core: vCPUs that never halt (bench_cluster.py)
     try:
-        run(a)
+        run(a) if a.cmd == "run" else reprofile(a)
     finally:
         keepawake.unspin(spinners)
 
