@@ -123,8 +123,11 @@ def reprofile(a: argparse.Namespace) -> None:
         lab.close()
 
 
-def repredict(row: dict, work: Path) -> float:
-    """The current cost model's epoch for a measured row: its partition, its lab's profile (as now on disk)."""
+def repredict(row: dict, work: Path, widths: bool = True) -> float:
+    """The current cost model's epoch for a measured row: its partition, its lab's profile (as now on disk);
+    `widths=False`: every layer at the profile's mean rates, as the model priced them before the wide rates."""
+    import dataclasses
+
     from partition.costmodel import Workload, predict
     from partition.machine import load
     from partition.part_counts import parts_from_meta
@@ -132,6 +135,8 @@ def repredict(row: dict, work: Path) -> float:
 
     meta = read_meta(str(part_dir(work, row["graph"], row["P"], row["cores"], row["rate"], row["partition"])))
     machine = load(str(profile_path(work, row["P"], row["cores"], row["rate"])))
+    if not widths:
+        machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0)
     work_ = Workload(meta["num_features"], meta["num_classes"], 128, 3)
     return predict(parts_from_meta(meta), work_, machine).epoch_s
 
@@ -141,22 +146,28 @@ def table(a: argparse.Namespace) -> None:
     rows = [r for r in bc.Results(a.results).rows if r.get("kind") == "busiest"]
     if a.repredict:
         sys.path.insert(0, str(ROOT))
-        rows = [dict(r, predicted_s=repredict(r, a.work)) for r in rows]
+        rows = [dict(r, predicted_s=repredict(r, a.work), before_s=repredict(r, a.work, widths=False)) for r in rows]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["graph"], r["P"], r["cores"], r["rate"], r["partition"]), []).append(r)
     med = {k: summary(v) for k, v in groups.items()}
-    print("| graph | hosts | link | runs | epoch s | range | predicted s | predicted / measured | "
-          "busiest compute / mean |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    near = []
+    before = " without the wide rates / measured |" if a.repredict else ""
+    print("| graph | hosts | link | runs | epoch s | range | predicted s | predicted / measured |" + before +
+          " busiest compute / mean |")
+    print("|---|---|---|---|---|---|---|---|---|" + "---|" * bool(before))
+    near, near_before = [], []
     for (g, p, c, rate, v), m in sorted(med.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1], kv[0][3])):
         if v != "default":
             continue
         near.append(abs(m["predicted"] / m["epoch"] - 1) <= 0.2)
+        b = ""
+        if before:
+            near_before.append(abs(m["before"] / m["epoch"] - 1) <= 0.2)
+            b = f" {m['before'] / m['epoch']:.2f} |"
         print(f"| `{g.split(':')[0]}` | {p} x {c:g} core | {rate} | {m['runs']} | {m['epoch']:.3f} | {m['range']} | "
-              f"{m['predicted']:.3f} | {m['predicted'] / m['epoch']:.2f} | {m['skew']:.2f} |")
-    print(f"\nwithin 20%: {sum(near)} of {len(near)}\n")
+              f"{m['predicted']:.3f} | {m['predicted'] / m['epoch']:.2f} |{b} {m['skew']:.2f} |")
+    print(f"\nwithin 20%: {sum(near)} of {len(near)}"
+          + (f" (without the wide rates: {sum(near_before)})" if before else "") + "\n")
     print("| graph | hosts | link | partition | runs | epoch s | range | x --balance nodes | busiest compute / mean |")
     print("|---|---|---|---|---|---|---|---|---|")
     for (g, p, c, rate, v), m in sorted(med.items()):
@@ -173,7 +184,8 @@ def summary(rows: list[dict]) -> dict:
     skews = [max(r["rank_compute_s"]) / statistics.mean(r["rank_compute_s"]) for r in rows]
     return {"runs": len(rows), "epoch": statistics.median(epochs), "skew": statistics.median(skews),
             "range": f"{min(epochs):.3f}-{max(epochs):.3f}" if len(rows) > 1 else "-",
-            "predicted": statistics.median(predicted) if predicted else float("nan")}
+            "predicted": statistics.median(predicted) if predicted else float("nan"),
+            "before": statistics.median(r.get("before_s") or float("nan") for r in rows)}
 
 
 def main() -> None:
