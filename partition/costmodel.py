@@ -15,6 +15,9 @@ flops, elementwise values) and its wire bytes per exchange, then prices them wit
   `top_reads`): they go at `sparse_hot_per_core`, the rest at `sparse_per_core` (uniformly random
   columns). A power-law part's hubs are read hot, a uniform part of the same size is all cold. The
   backward product is priced like the forward one (GCN's graphs are symmetric: the same rows are hubs);
+- each layer at its width: a profile's rates are means its narrow products dominate, and a 128-wide layer
+  runs its sparse and dense products faster per column (`Machine.width_speedup`, from the profile's wide
+  rates where measured);
 - wire = per exchange, latency per peer + max(bytes in, bytes out) / link rate, and the gradients'
   all-reduce (latency per peer), less what the rows that need no halo (central rows) compute meanwhile;
   only the unhidden rest counts. A link shaped by a token bucket (the network lab's tc tbf) passes what
@@ -161,9 +164,10 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
     return seconds / machine.width_speedup("sparse", layer.width)
 
 
-def dense_rate(layer: Layer, machine: Machine) -> float:
-    """Flops per second of `layer`'s dense products on one core, at its widths."""
-    return machine.dense_per_core * machine.width_speedup("dense", math.sqrt(layer.d_in * layer.d_out))
+def dense_speedup(layer: Layer, machine: Machine) -> float:
+    """How much faster than the profile's mean rate `layer`'s dense products run, at its widths. Callers divide
+    the flops by it, then by `dense_per_core`: at 1.0 (a profile without wide rates) exactly as before."""
+    return machine.width_speedup("dense", math.sqrt(layer.d_in * layer.d_out))
 
 
 def dense_flops(rows: float, layer: Layer, index: int) -> float:
@@ -195,7 +199,8 @@ def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, shari
     """Per layer, one direction's seconds at one core: (sparse product, dense product, elementwise on its
     input, elementwise on its output), as `rank_work` counts them."""
     inner, halo = float(part["inner"]), float(part["halo"])
-    return [(sparse_seconds(part, la, machine, sharing), 2.0 * inner * la.d_in * la.d_out / dense_rate(la, machine),
+    return [(sparse_seconds(part, la, machine, sharing),
+             2.0 * inner * la.d_in * la.d_out / dense_speedup(la, machine) / machine.dense_per_core,
              (inner + (halo if i == 0 else 0.0)) * la.d_in / machine.elementwise_per_core,
              inner * la.d_out / machine.elementwise_per_core) for i, la in enumerate(plan)]
 
@@ -207,7 +212,8 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     its product (after the linear map when it transforms first) and the central rows' share of the
     product computed while the rows travel, the rest after; backward in reverse, the halo rows' share of
     the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
-    runs into the next step's first phase). Its work sums to `rank_work`'s. A token-bucket link refills
+    runs into the next step's first phase). Its work sums to `rank_work`'s, each layer at its width's rates
+    (`Machine.width_speedup`). A token-bucket link refills
     while the rank computes (on its `threads`, times its host's speed where it has less than a core: wall
     seconds, not one core's), and during its share of the
     step's fixed cost and of the epoch's (`step_s`, `fixed_s`, spread evenly). Rows travel in `codec`."""
@@ -289,7 +295,8 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     for k, part in enumerate(parts):
         _, _, elem = rank_work(part, plan)
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
-        d = sum(dense_flops(float(part["inner"]), la, i) / dense_rate(la, machine) for i, la in enumerate(plan))
+        d = sum(dense_flops(float(part["inner"]), la, i) / dense_speedup(la, machine)
+                for i, la in enumerate(plan)) / machine.dense_per_core
         e = elem / machine.elementwise_per_core
         one_core.append(s + d + e + graph_only.step_s)
         phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads * speed,
@@ -315,9 +322,9 @@ def node_seconds(in_degree: np.ndarray, work: Workload, machine: Machine) -> np.
     plan = layers(work)
     # a row's columns over the layers, each layer's counted at its width's speed
     sparse = sum(la.width * (1 + la.backward_sparse) / machine.width_speedup("sparse", la.width) for la in plan)
-    dense = sum(dense_flops(1.0, la, i) / dense_rate(la, machine) for i, la in enumerate(plan))
+    dense = sum(dense_flops(1.0, la, i) / dense_speedup(la, machine) for i, la in enumerate(plan))
     elem = sum(2.0 * (la.d_in + la.d_out) for la in plan)
-    per_row = dense + elem / machine.elementwise_per_core + (
+    per_row = dense / machine.dense_per_core + elem / machine.elementwise_per_core + (
         sparse / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0)
     return (np.asarray(in_degree, dtype=np.float64) + 1.0) * sparse / machine.sparse_per_core + per_row
 

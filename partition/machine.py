@@ -59,7 +59,11 @@ class Machine:
     def width_speedup(self, kernel: str, width: float) -> float:
         """How much faster than its profile rate a `kernel` ("sparse" or "dense") runs `width` columns wide
         (a dense product: the geometric mean of its two widths): 1 up to NARROW, the measured wide rate's
-        ratio from WIDE on, log-linear between (no extrapolation past either)."""
+        ratio from WIDE on, log-linear between (no extrapolation past either). The means stand for NARROW: the
+        profile's narrow products dominate them (a harmonic mean). A sparse product's reads from cache and its
+        per-row work take the ratio of its reads from memory."""
+        if kernel not in ("sparse", "dense"):
+            raise ValueError(f"width_speedup: kernel must be 'sparse' or 'dense', got {kernel!r}")
         base, wide = ((self.sparse_per_core, self.sparse_wide_per_core) if kernel == "sparse"
                       else (self.dense_per_core, self.dense_wide_per_core))
         if not wide or width <= NARROW:
@@ -78,8 +82,9 @@ class Machine:
                 + (f"; rows in cache ({self.cache_bytes / 2 ** 20:.3g} MiB a host) read at {self.hot_rate / 1e9:.2f} "
                    f"G edge-columns/s" if self.cache_bytes else "")
                 + (f"; sparse rows {self.sparse_row_per_core / 1e9:.2f} G row-columns/s" if self.sparse_row_per_core else "")
-                + (f"; {WIDE} wide: sparse {self.sparse_wide_per_core / 1e9:.2f} G edge-columns/s, dense "
-                   f"{self.dense_wide_per_core / 1e9:.1f} GFLOP/s" if self.sparse_wide_per_core else "")
+                + (f"; {WIDE} wide: sparse {self.sparse_wide_per_core / 1e9:.2f} G edge-columns/s"
+                   if self.sparse_wide_per_core else "")
+                + (f"; {WIDE} wide: dense {self.dense_wide_per_core / 1e9:.1f} GFLOP/s" if self.dense_wide_per_core else "")
                 + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else "")
                 + (f" among {self.epoch_fixed_ranks} ranks" if self.epoch_fixed_s and self.epoch_fixed_ranks else ""))
 

@@ -146,7 +146,12 @@ def table(a: argparse.Namespace) -> None:
     rows = [r for r in bc.Results(a.results).rows if r.get("kind") == "busiest"]
     if a.repredict:
         sys.path.insert(0, str(ROOT))
-        rows = [dict(r, predicted_s=repredict(r, a.work), before_s=repredict(r, a.work, widths=False)) for r in rows]
+        from partition.errors import GnnDistError
+
+        try:
+            rows = [dict(r, predicted_s=repredict(r, a.work), before_s=repredict(r, a.work, widths=False)) for r in rows]
+        except GnnDistError as e:  # a row's partition folder or profile gone or edited
+            raise SystemExit(f"bench_busiest: cannot price a row again: {e}") from None
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["graph"], r["P"], r["cores"], r["rate"], r["partition"]), []).append(r)
@@ -185,7 +190,7 @@ def summary(rows: list[dict]) -> dict:
     return {"runs": len(rows), "epoch": statistics.median(epochs), "skew": statistics.median(skews),
             "range": f"{min(epochs):.3f}-{max(epochs):.3f}" if len(rows) > 1 else "-",
             "predicted": statistics.median(predicted) if predicted else float("nan"),
-            "before": statistics.median(r.get("before_s") or float("nan") for r in rows)}
+            "before": statistics.median([r["before_s"] for r in rows if r.get("before_s")] or [float("nan")])}
 
 
 def main() -> None:

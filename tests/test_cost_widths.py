@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from partition.costmodel import Workload, layers, node_seconds, predict, sparse_seconds
+from partition.costmodel import Workload, layers, node_seconds, predict, rank_phases, sparse_seconds
 from partition.machine import DEFAULT, from_dict
 
 WIDE = dataclasses.replace(DEFAULT, sparse_wide_per_core=4 * DEFAULT.sparse_per_core,
@@ -53,3 +53,26 @@ def test_profiles_carry_the_wide_rates_and_older_ones_load_without():
     assert from_dict(data, "m.json") == WIDE and "128 wide: sparse" in WIDE.describe()
     old = {k: v for k, v in data.items() if k not in ("sparse_wide_per_core", "dense_wide_per_core")}
     assert from_dict(old, "old.json").width_speedup("dense", 128) == 1.0
+
+
+def test_the_phases_sum_to_the_ranks_work_at_the_wide_rates():
+    part = {"inner": 10_000, "central": 6_000, "halo": 3_000, "sent": 3_000, "edges": 80_000}
+    plan = layers(Workload(128, 16, 128, 3))
+    rank = predict([part, part], Workload(128, 16, 128, 3), WIDE).ranks[0]
+    phases = rank_phases(part, plan, dataclasses.replace(WIDE, step_s=0.0), 1, 1, True)
+    assert sum(ph.work_s + ph.overlap_s for ph in phases) == pytest.approx(rank.sparse_s + rank.dense_s + rank.elementwise_s)
+
+
+def test_old_profiles_price_bit_for_bit_as_before_the_widths():
+    """The shipped profile (no wide rates) must give the default partition of before: the same floats."""
+    work = Workload(128, 40, 16, 2)  # arxiv's shape
+    deg = np.arange(1, 2000)
+    plan = layers(work)
+    sparse = sum(la.width * (1 + la.backward_sparse) for la in plan)
+    dense = sum(2.0 * la.d_in * la.d_out * (2 + (i > 0)) for i, la in enumerate(plan))
+    elem = sum(2.0 * (la.d_in + la.d_out) for la in plan)
+    before = (deg + 1.0) * sparse / DEFAULT.sparse_per_core + (dense / DEFAULT.dense_per_core
+                                                               + elem / DEFAULT.elementwise_per_core)
+    assert np.array_equal(node_seconds(deg, work, DEFAULT), before)
+    with pytest.raises(ValueError, match="kernel"):
+        DEFAULT.width_speedup("sprase", 128)
