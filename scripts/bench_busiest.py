@@ -207,7 +207,7 @@ def main() -> None:
     r.add_argument("--compare", type=hosts_list, default=hosts_list("4x0.45,8x0.22"),
                    help="labs where --balance nodes and Mt-KaHyPar vol train beside the default")
     r.add_argument("--repeat", type=int, default=3)
-    r.add_argument("--epochs", type=int, default=5, help="epochs a run (the first is warm-up)")
+    r.add_argument("--epochs", type=int, default=4, help="epochs a run (the first is warm-up)")
     t = sub.add_parser("table", help="the markdown tables, medians over repeats")
     t.add_argument("--repredict", action="store_true",
                    help="price each row with the current cost model (its partition and its lab's profile in --work)")
