@@ -103,7 +103,13 @@ def test_wrapped_layers_equal_one_process(world, references, tmp_path):
         assert set(grads) <= set(got), (name, sorted(got))
         np.testing.assert_allclose(got["out"], ref["out"], **TOL, err_msg=f"{name} P={world}")
         for k in grads + (["grad_x"] if "grad_x" in ref else []):
-            np.testing.assert_allclose(got[k], ref[k], **TOL, err_msg=f"{name} {k} P={world}")
+            # a parameter's gradient is a sum over every rank's rows, in another order than one process's, and
+            # PNAConv's std aggregator amplifies float32 rounding: its pre_nns gradient came out 2.1e-6 off on
+            # entries of 1.2e-2 (tensor max 2e-2; torch-geometric 2.8.1, numpy 2.4.6, also at the commit before
+            # this change), so atol follows the tensor's scale: 2e-4 of its largest entry, or TOL's if larger
+            scale = float(np.abs(ref[k]).max()) if np.size(ref[k]) else 0.0
+            np.testing.assert_allclose(got[k], ref[k], rtol=TOL["rtol"], atol=max(TOL["atol"], 2e-4 * scale),
+                                       err_msg=f"{name} {k} P={world}")
         d_grad = max((_max_diff(got[k], ref[k]) for k in grads), default=float("nan"))
         table.append((name, _max_diff(got["out"], ref["out"]), d_grad))
         RUNS.setdefault(world, {})[name] = table[-1][1:]
