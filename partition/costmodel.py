@@ -170,6 +170,11 @@ def dense_speedup(layer: Layer, machine: Machine) -> float:
     return machine.width_speedup("dense", math.sqrt(layer.d_in * layer.d_out))
 
 
+def dense_seconds(rows: float, plan: Sequence[Layer], machine: Machine) -> float:
+    """A step's dense products on `rows` rows at one core, each layer at its widths' rate."""
+    return sum(dense_flops(rows, la, i) / dense_speedup(la, machine) for i, la in enumerate(plan)) / machine.dense_per_core
+
+
 def dense_flops(rows: float, layer: Layer, index: int) -> float:
     """A step's dense flops of `layer` (the `index`-th) on `rows` rows: forward, the weight's gradient and, past
     the first layer, the input's."""
@@ -295,8 +300,7 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     for k, part in enumerate(parts):
         _, _, elem = rank_work(part, plan)
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
-        d = sum(dense_flops(float(part["inner"]), la, i) / dense_speedup(la, machine)
-                for i, la in enumerate(plan)) / machine.dense_per_core
+        d = dense_seconds(float(part["inner"]), plan, machine)
         e = elem / machine.elementwise_per_core
         one_core.append(s + d + e + graph_only.step_s)
         phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads * speed,
@@ -322,9 +326,8 @@ def node_seconds(in_degree: np.ndarray, work: Workload, machine: Machine) -> np.
     plan = layers(work)
     # a row's columns over the layers, each layer's counted at its width's speed
     sparse = sum(la.width * (1 + la.backward_sparse) / machine.width_speedup("sparse", la.width) for la in plan)
-    dense = sum(dense_flops(1.0, la, i) / dense_speedup(la, machine) for i, la in enumerate(plan))
     elem = sum(2.0 * (la.d_in + la.d_out) for la in plan)
-    per_row = dense / machine.dense_per_core + elem / machine.elementwise_per_core + (
+    per_row = dense_seconds(1.0, plan, machine) + elem / machine.elementwise_per_core + (
         sparse / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0)
     return (np.asarray(in_degree, dtype=np.float64) + 1.0) * sparse / machine.sparse_per_core + per_row
 
