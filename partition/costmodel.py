@@ -164,15 +164,32 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
     return seconds / machine.width_speedup("sparse", layer.width)
 
 
-def dense_speedup(layer: Layer, machine: Machine) -> float:
-    """How much faster than the profile's mean rate `layer`'s dense products run, at its widths. Callers divide
-    the flops by it, then by `dense_per_core`: at 1.0 (a profile without wide rates) exactly as before."""
-    return machine.width_speedup("dense", math.sqrt(layer.d_in * layer.d_out))
+def dense_speedup(layer: Layer, machine: Machine, rows: float = 0.0, sharing: int = 0) -> float:
+    """How much faster than the profile's mean rate `layer`'s dense products run, at its widths, and on `rows`
+    rows whose wider operand fits the cache share of a rank among `sharing` (0: not asked, as for a node's
+    weight). Callers divide the flops by it, then by `dense_per_core`: at 1.0 (a profile without wide rates)
+    exactly as before."""
+    cached = sharing > 0 and machine.fits(rows * max(layer.d_in, layer.d_out) * BYTES_PER_VALUE, sharing)
+    return machine.width_speedup("dense", math.sqrt(layer.d_in * layer.d_out), cached)
 
 
-def dense_seconds(rows: float, plan: Sequence[Layer], machine: Machine) -> float:
-    """A step's dense products on `rows` rows at one core, each layer at its widths' rate."""
-    return sum(dense_flops(rows, la, i) / dense_speedup(la, machine) for i, la in enumerate(plan)) / machine.dense_per_core
+def dense_seconds(rows: float, plan: Sequence[Layer], machine: Machine, sharing: int = 0) -> float:
+    """A step's dense products on `rows` rows at one core, each layer at its widths' rate (`dense_speedup`)."""
+    return sum(dense_flops(rows, la, i) / dense_speedup(la, machine, rows, sharing)
+               for i, la in enumerate(plan)) / machine.dense_per_core
+
+
+def elementwise_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int) -> list[tuple]:
+    """Per layer, one direction's elementwise passes at one core, as `rank_work` counts them: on its input (the
+    first layer's with its halo rows) and on its output, a tensor that fits the rank's cache share at the
+    profile's cached rate (`Machine.elementwise_rate`)."""
+    inner, halo = float(part["inner"]), float(part["halo"])
+    out = []
+    for i, la in enumerate(plan):
+        v_in, v_out = (inner + (halo if i == 0 else 0.0)) * la.d_in, inner * la.d_out
+        out.append((v_in / machine.elementwise_rate(v_in * BYTES_PER_VALUE, sharing),
+                    v_out / machine.elementwise_rate(v_out * BYTES_PER_VALUE, sharing)))
+    return out
 
 
 def dense_flops(rows: float, layer: Layer, index: int) -> float:
@@ -203,11 +220,10 @@ def _threads(machine: Machine, num_parts: int) -> tuple[int, int]:
 def _layer_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int) -> list[tuple]:
     """Per layer, one direction's seconds at one core: (sparse product, dense product, elementwise on its
     input, elementwise on its output), as `rank_work` counts them."""
-    inner, halo = float(part["inner"]), float(part["halo"])
+    inner = float(part["inner"])
     return [(sparse_seconds(part, la, machine, sharing),
-             2.0 * inner * la.d_in * la.d_out / dense_speedup(la, machine) / machine.dense_per_core,
-             (inner + (halo if i == 0 else 0.0)) * la.d_in / machine.elementwise_per_core,
-             inner * la.d_out / machine.elementwise_per_core) for i, la in enumerate(plan)]
+             2.0 * inner * la.d_in * la.d_out / dense_speedup(la, machine, inner, sharing) / machine.dense_per_core,
+             e_in, e_out) for la, (e_in, e_out) in zip(plan, elementwise_seconds(part, plan, machine, sharing))]
 
 
 def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int, peers: int,
@@ -298,10 +314,9 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     graph_only = dataclasses.replace(machine, step_s=0.0, latency_s=0.0) if fixed else machine
     ranks, one_core, phased = [], [], []
     for k, part in enumerate(parts):
-        _, _, elem = rank_work(part, plan)
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
-        d = dense_seconds(float(part["inner"]), plan, machine)
-        e = elem / machine.elementwise_per_core
+        d = dense_seconds(float(part["inner"]), plan, machine, per_host)
+        e = 2.0 * sum(e_in + e_out for e_in, e_out in elementwise_seconds(part, plan, machine, per_host))
         one_core.append(s + d + e + graph_only.step_s)
         phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads * speed,
                              work.codec)

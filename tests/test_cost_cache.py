@@ -139,6 +139,8 @@ def test_profile_machine_among_ranks_keeps_the_hosts_cache(tmp_path):
     run_mpi(2, "profile-machine", "--link", "--out", str(linked), "--rows", "2000", "--repeat", "1")
     one, two = load(str(single)), load(str(linked))
     assert one.cache_bytes == two.cache_bytes > 0 and two.sparse_hot_per_core > 0 and two.latency_s > 0
+    # the wide kernels again on operands in a rank's share of the cache (the 2 ranks' halves here)
+    assert one.dense_cached_per_core > 0 and two.elementwise_cached_per_core > 0 and "in cache" in two.describe()
     # among ranks, an epoch's fixed cost from a tiny training (alone, none: step_s and the latency stand for it)
     assert one.epoch_fixed_s == 0.0 and 0.0 < two.epoch_fixed_s < 1.0 and "fixed cost" in two.describe()
     assert (one.epoch_fixed_ranks, two.epoch_fixed_ranks) == (0, 2) and "among 2 ranks" in two.describe()

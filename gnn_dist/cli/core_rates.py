@@ -74,7 +74,9 @@ def per_core(rates: dict, fraction: float) -> dict:
 def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
     """Sparse edge-columns, dense flops and elementwise values per second on one thread, each kernel as a
     training step runs it: fresh outputs, the dense products of forward and backward, the mean over widths;
-    the sparse product from memory and from cache (`sparse_rates`), `sharing` ranks timed at once."""
+    the sparse product from memory and from cache (`sparse_rates`), `sharing` ranks timed at once; and the
+    WIDE-wide dense product and elementwise pass on operands that fit a rank's cache share (a small part's
+    layer, which the `rows`-row operands, larger than the cache, would price too slow)."""
     import torch
 
     torch.manual_seed(0)
@@ -88,9 +90,11 @@ def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
             sparse.append(cold_rate)
             hot.append(hot_rate)
             one_edge.append(sparse_rates(rows, d_in, cache // sharing, repeat, degree=1, cold=False)[1])
-            x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
-            dense.append(6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat))
-            elem.append(elementwise_rate(x, repeat))
+            dense.append(dense_rate(rows, d_in, d_out, repeat))
+            elem.append(elementwise_rate(torch.randn(rows, d_in), repeat))
+        fit = (cache // sharing) // (2 * WIDE * 4)  # rows whose WIDE-wide operand takes half a rank's cache share
+        in_cache = {"dense_cached_per_core": dense_rate(fit, WIDE, WIDE, repeat),
+                    "elementwise_cached_per_core": elementwise_rate(torch.randn(fit, WIDE), repeat)} if fit >= 64 else {}
     finally:
         torch.set_num_threads(threads)
     cold_rate, hot_rate, row_rate = split_row_cost(_harmonic(sparse), _harmonic(hot), _harmonic(one_edge), 10)
@@ -98,7 +102,16 @@ def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
     return {"sparse_per_core": cold_rate, "sparse_hot_per_core": hot_rate, "cache_bytes": float(cache),
             "sparse_row_per_core": row_rate,
             "sparse_wide_per_core": cold_rate * sparse[wide] / _harmonic(sparse), "dense_wide_per_core": dense[wide],
-            "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat)}
+            "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat),
+            **in_cache}
+
+
+def dense_rate(rows: int, d_in: int, d_out: int, repeat: int) -> float:
+    """Flops per second of a layer's dense products on `rows` rows, forward and both gradients."""
+    import torch
+
+    x, w, g = torch.randn(rows, d_in), torch.randn(d_in, d_out), torch.randn(rows, d_out)
+    return 6.0 * rows * d_in * d_out / median_of(lambda: (x @ w, x.t() @ g, g @ w.t()), repeat)
 
 
 def elementwise_rate(x, repeat: int) -> float:
