@@ -24,6 +24,7 @@ from partition.machine import Machine
 from partition.methods import BALANCE_TOLERANCE, undirected_adjacency
 from partition.part_counts import part_counts
 from partition.rebalance import rebalance
+from partition.side_by_side import run_all
 
 WEIGHT_SCALE = 1000  # integer node weights: the partitioners take int64
 NODE_BOUND = 2.0  # a cost-weighted part holds at most this many times the mean node count (the half-count weight)
@@ -46,36 +47,44 @@ def combined_weight(cost: np.ndarray, alpha: float = 0.5) -> np.ndarray:
 
 
 def choose(graph: Graph, num_parts: int, run: Callable[[np.ndarray | None], np.ndarray], work: Workload,
-           machine: Machine, others: Mapping[str, Callable[[], np.ndarray]] | None = None) -> Choice:
+           machine: Machine, others: Mapping[str, Callable[[], np.ndarray]] | None = None,
+           workers: int = 1) -> Choice:
     """`run(weights)` partitions with one weight column (None: node counts); returns the candidate whose
     predicted epoch is least: node-balanced, cost-weighted, each of `others` (name -> a partition), and each
-    swapped for even cost."""
+    swapped for even cost. The candidates are made side by side on up to `workers` processes
+    (partition.side_by_side: the same partitions, sooner)."""
     src, dst = graph.edge_index()
 
     def priced(parts: np.ndarray) -> Prediction:
         return predict(part_counts(src, dst, parts, num_parts), work, machine)
 
     cost = node_seconds(graph.in_degree(), work, machine)
-    adj = undirected_adjacency(graph)
+    adj = undirected_adjacency(graph)  # built once, before the workers fork: they share it
 
-    def consider(name: str, parts: np.ndarray) -> None:
-        """A candidate, then its cost swaps (which keep node counts) if they lower the predicted max."""
-        candidates[name] = (parts, priced(parts))
-        swapped = rebalance(adj, parts, cost[:, None], num_parts, tol=BALANCE_TOLERANCE).astype(np.int32)
-        swapped_pred = priced(swapped)
-        if swapped_pred.epoch_s < candidates[name][1].epoch_s:
-            candidates[f"{name} + swaps"] = (swapped, swapped_pred)
-
-    candidates: dict = {}
-    consider("node counts", np.asarray(run(None), dtype=np.int32))  # the partition of before: its errors stand
-    makers = {"cost-weighted": lambda: run(combined_weight(cost)), **(others or {})}
-    for name, make in makers.items():
-        try:  # a candidate that leaves a part empty is left out, not the default's failure
+    def considered(name: str, make: Callable[[], np.ndarray]) -> Callable[[], dict]:
+        """A job: the candidate `make` returns, priced, then its cost swaps (which keep node counts) if they
+        lower the predicted max. A candidate that leaves a part empty raises DataError (left out)."""
+        def job() -> dict:
             parts = np.asarray(make(), dtype=np.int32)
-        except DataError:
-            continue
-        if np.bincount(parts, minlength=num_parts).min() > 0:
-            consider(name, parts)
+            if name != "node counts" and np.bincount(parts, minlength=num_parts).min() == 0:
+                raise DataError(f"the {name} candidate leaves a part empty")
+            out = {name: (parts, priced(parts))}
+            swapped = rebalance(adj, parts, cost[:, None], num_parts, tol=BALANCE_TOLERANCE).astype(np.int32)
+            swapped_pred = priced(swapped)
+            if swapped_pred.epoch_s < out[name][1].epoch_s:
+                out[f"{name} + swaps"] = (swapped, swapped_pred)
+            return out
+        return job
+
+    weights = combined_weight(cost)
+    makers = {"node counts": lambda: run(None), "cost-weighted": lambda: run(weights), **(others or {})}
+    made = run_all({name: considered(name, make) for name, make in makers.items()}, workers)
+    if isinstance(made["node counts"], DataError):  # the partition of before: its errors stand
+        raise made["node counts"]
+    candidates: dict = {}
+    for found in made.values():  # a candidate that cannot be made is left out, not the default's failure
+        if not isinstance(found, DataError):
+            candidates.update(found)
     best = min(candidates, key=lambda k: candidates[k][1].epoch_s)
     name = best if candidates[best][1].epoch_s < MARGIN * candidates["node counts"][1].epoch_s else "node counts"
     parts, pred = candidates[name]

@@ -4,7 +4,9 @@ on emulated hosts"). Needs root (scripts/netlab.py).
 
     python scripts/bench_busiest.py run [--hosts 4x0.45,2x0.45,8x0.22,4x0.22,2x0.22] [--rates 1gbit,none]
                                         [--graphs rmat,sbm,grid] [--compare 4x0.45,8x0.22] [--repeat 3]
-    python scripts/bench_busiest.py table
+    python scripts/bench_busiest.py table [--repredict]
+    python scripts/bench_busiest.py reprofile --hosts ... --rates ...
+    python scripts/bench_busiest.py try --lab 4x0.45 --rate 1gbit --graph rmat --partition DIR --label NAME
 
 Per lab (P hosts of C cores, links at a rate) `run` measures the machine profile where the ranks train
 (`netlab.py profile`: `gnn-dist profile-machine --link` inside the hosts), partitions each graph with the
@@ -68,6 +70,25 @@ def part_dir(work: Path, spec: str, p: int, cores: float, rate: str, variant: st
     """Where a row's partition lives: the default's is priced for its lab, the others are the same on every lab."""
     name = f"{spec.split(':')[0]}-{zlib.crc32(spec.encode()):08x}-"
     return work / (name + (f"default-{p}x{cores:g}-{rate}" if variant == "default" else f"{p}-{variant}"))
+
+
+def try_partition(a: argparse.Namespace) -> None:
+    """Train a partition folder already made (another lab's default, a candidate the model passed over) on one
+    lab, `--repeat` times, as rows of partition `--label`: what a choice the model did not make would have
+    measured. The lab's profile is measured first where it is missing."""
+    if not (a.partition / "partition.json").exists():
+        raise SystemExit(f"bench_busiest: {a.partition} holds no partition.json")
+    (p, cores), = a.lab
+    res, lab = bc.Results(a.results), bc.Lab()
+    try:
+        lab.use(p, a.rate, cores)
+        machine = profile(a.work, p, cores, a.rate)
+        for rep in range(a.repeat):
+            key = {"kind": "busiest", "graph": GRAPHS[a.graph], "P": p, "cores": cores, "rate": a.rate,
+                   "partition": a.label, "rep": rep, "folder": a.partition.name}
+            bc.lab_run(res, key, a.partition, a.work, a.epochs, 0, ["--machine", str(machine)], a.rate)
+    finally:
+        lab.close()
 
 
 def profile_path(work: Path, p: int, cores: float, rate: str) -> Path:
@@ -214,17 +235,27 @@ def main() -> None:
     rp = sub.add_parser("reprofile", help="measure the labs' profiles anew (root)")
     rp.add_argument("--hosts", type=hosts_list, required=True)
     rp.add_argument("--rates", type=lambda x: x.split(","), required=True)
+    tr = sub.add_parser("try", help="train a partition folder already made on one lab (root)")
+    tr.add_argument("--lab", type=hosts_list, required=True, help="PxC: one lab")
+    tr.add_argument("--rate", required=True, help="its links' rate (none: unshaped)")
+    tr.add_argument("--graph", required=True, choices=list(GRAPHS), help="the graph the folder holds")
+    tr.add_argument("--partition", type=Path, required=True, help="the partition folder")
+    tr.add_argument("--label", required=True, help="the rows' partition name in the results (not default or nodes)")
+    tr.add_argument("--repeat", type=int, default=3)
+    tr.add_argument("--epochs", type=int, default=4, help="epochs a run (the first is warm-up)")
     a = ap.parse_args()
     a.results, a.work = a.results.resolve(), a.work.resolve()  # partitions run from the repository root
     if a.cmd == "table":
         return table(a)
     if a.cmd == "run" and set(a.graphs) - set(GRAPHS):
         ap.error(f"--graphs: choose from {', '.join(GRAPHS)}")
+    if a.cmd == "try" and (len(a.lab) != 1 or a.label in ("default", *OTHERS)):
+        ap.error("try: one --lab, and a --label other than default and the compared variants")
     if os.geteuid() != 0:
         raise SystemExit("bench_busiest: needs root (it runs the network lab: namespaces, tc and cgroups)")
     spinners = keepawake.spin(die_with_parent=True)  # hosts below a core: vCPUs that never halt (bench_cluster.py)
     try:
-        run(a) if a.cmd == "run" else reprofile(a)
+        {"run": run, "reprofile": reprofile, "try": try_partition}[a.cmd](a)
     finally:
         keepawake.unspin(spinners)
 

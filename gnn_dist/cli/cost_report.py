@@ -179,7 +179,8 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
     others = {}
     if args.method == "metis" and args.objective is None:  # an --objective given is the only one tried
         others["volume"] = lambda: assign_parts(graph, args.parts, "metis", **dict(kwargs, objective="vol"))
-    choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile, others)
+    choice = choose(graph, args.parts, run, workload(args, graph), args.machine_profile, others,
+                    candidate_workers(graph, args.method))
     log("cost model: predicted epoch by candidate: "
         + ", ".join(f"{k} {v:.4f} s" for k, v in choice.considered.items())
         + f"; chose {choice.name} (node counts stay unless another is predicted at least 2% faster; "
@@ -188,6 +189,20 @@ def default_parts(args: argparse.Namespace, graph, kwargs: dict):
     if choice.name.startswith("volume"):
         kwargs["objective"] = "vol"  # partition.json's objective is the one that made the partition written
     return choice.parts
+
+
+def candidate_workers(graph, method: str) -> int:
+    """How many candidates to partition at once: every one where 2 CPUs or more are usable (a quota counts:
+    three METIS runs on 2 cores end sooner all at once than two, then one), as many as the memory available
+    holds METIS working sets; one for the methods that run threads of their own (Mt-KaHyPar)."""
+    from gnn_dist.cli.partition_cmd import working_set_bytes
+    from gnn_dist.runtime.cgroups import usable_cpus
+    from partition.memory import available_bytes
+
+    if method not in ("metis", "kahip") or usable_cpus() < 2:
+        return 1
+    room, _ = available_bytes()
+    return max(1, int(room // max(1, working_set_bytes(graph, method)))) if room is not None else 1 << 10
 
 
 def kept_if_faster(args: argparse.Namespace, graph, chosen, refined):
