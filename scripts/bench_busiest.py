@@ -6,7 +6,8 @@ on emulated hosts"). Needs root (scripts/netlab.py).
                                         [--graphs rmat,sbm,grid] [--compare 4x0.45,8x0.22] [--repeat 3]
     python scripts/bench_busiest.py table [--repredict]
     python scripts/bench_busiest.py reprofile --hosts ... --rates ...
-    python scripts/bench_busiest.py try --lab 4x0.45 --rate 1gbit --graph rmat --partition DIR --label NAME
+    python scripts/bench_busiest.py --results FILE try --lab 4x0.45 --rate 1gbit --graph rmat \
+        --partition DIR=default --partition DIR=nodes
 
 Per lab (P hosts of C cores, links at a rate) `run` measures the machine profile where the ranks train
 (`netlab.py profile`: `gnn-dist profile-machine --link` inside the hosts), partitions each graph with the
@@ -73,20 +74,26 @@ def part_dir(work: Path, spec: str, p: int, cores: float, rate: str, variant: st
 
 
 def try_partition(a: argparse.Namespace) -> None:
-    """Train a partition folder already made (another lab's default, a candidate the model passed over) on one
-    lab, `--repeat` times, as rows of partition `--label`: what a choice the model did not make would have
-    measured. The lab's profile is measured first where it is missing."""
-    if not (a.partition / "partition.json").exists():
-        raise SystemExit(f"bench_busiest: {a.partition} holds no partition.json")
+    """Train partition folders already made (a default priced by a profile measured again, a candidate the
+    model passed over, node counts again beside it) on one lab, the repeats outermost so that the partitions
+    take turns (this box drifts over minutes), each as rows of its label; the folder is kept in the row for
+    `table --repredict`. The lab's profile is measured first where it is missing."""
+    tries = []
+    for spec in a.partition:
+        folder, _, label = spec.rpartition("=")
+        if not folder or not label or not (Path(folder) / "partition.json").exists():
+            raise SystemExit(f"bench_busiest: --partition takes DIR=LABEL, DIR a partition folder; got {spec!r}")
+        tries.append((Path(folder).resolve(), label))
     (p, cores), = a.lab
     res, lab = bc.Results(a.results), bc.Lab()
     try:
         lab.use(p, a.rate, cores)
         machine = profile(a.work, p, cores, a.rate)
         for rep in range(a.repeat):
-            key = {"kind": "busiest", "graph": GRAPHS[a.graph], "P": p, "cores": cores, "rate": a.rate,
-                   "partition": a.label, "rep": rep, "folder": a.partition.name}
-            bc.lab_run(res, key, a.partition, a.work, a.epochs, 0, ["--machine", str(machine)], a.rate)
+            for folder, label in tries:
+                key = {"kind": "busiest", "graph": GRAPHS[a.graph], "P": p, "cores": cores, "rate": a.rate,
+                       "partition": label, "rep": rep, "folder": str(folder)}
+                bc.lab_run(res, key, folder, a.work, a.epochs, 0, ["--machine", str(machine)], a.rate)
     finally:
         lab.close()
 
@@ -154,7 +161,8 @@ def repredict(row: dict, work: Path, widths: bool = True) -> float:
     from partition.part_counts import parts_from_meta
     from partition.store import read_meta
 
-    meta = read_meta(str(part_dir(work, row["graph"], row["P"], row["cores"], row["rate"], row["partition"])))
+    folder = row.get("folder") or part_dir(work, row["graph"], row["P"], row["cores"], row["rate"], row["partition"])
+    meta = read_meta(str(folder))
     machine = load(str(profile_path(work, row["P"], row["cores"], row["rate"])))
     if not widths:
         machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0)
@@ -235,12 +243,13 @@ def main() -> None:
     rp = sub.add_parser("reprofile", help="measure the labs' profiles anew (root)")
     rp.add_argument("--hosts", type=hosts_list, required=True)
     rp.add_argument("--rates", type=lambda x: x.split(","), required=True)
-    tr = sub.add_parser("try", help="train a partition folder already made on one lab (root)")
+    tr = sub.add_parser("try", help="train partition folders already made on one lab, taking turns (root)")
     tr.add_argument("--lab", type=hosts_list, required=True, help="PxC: one lab")
     tr.add_argument("--rate", required=True, help="its links' rate (none: unshaped)")
     tr.add_argument("--graph", required=True, choices=list(GRAPHS), help="the graph the folder holds")
-    tr.add_argument("--partition", type=Path, required=True, help="the partition folder")
-    tr.add_argument("--label", required=True, help="the rows' partition name in the results (not default or nodes)")
+    tr.add_argument("--partition", action="append", required=True, metavar="DIR=LABEL",
+                    help="a partition folder and its rows' name (repeat the flag); give --results a file of its "
+                         "own, so that the labels default and nodes do not mix with run's rows")
     tr.add_argument("--repeat", type=int, default=3)
     tr.add_argument("--epochs", type=int, default=4, help="epochs a run (the first is warm-up)")
     a = ap.parse_args()
@@ -249,8 +258,8 @@ def main() -> None:
         return table(a)
     if a.cmd == "run" and set(a.graphs) - set(GRAPHS):
         ap.error(f"--graphs: choose from {', '.join(GRAPHS)}")
-    if a.cmd == "try" and (len(a.lab) != 1 or a.label in ("default", *OTHERS)):
-        ap.error("try: one --lab, and a --label other than default and the compared variants")
+    if a.cmd == "try" and len(a.lab) != 1:
+        ap.error("try: one --lab")
     if os.geteuid() != 0:
         raise SystemExit("bench_busiest: needs root (it runs the network lab: namespaces, tc and cgroups)")
     spinners = keepawake.spin(die_with_parent=True)  # hosts below a core: vCPUs that never halt (bench_cluster.py)
