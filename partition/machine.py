@@ -107,8 +107,9 @@ class Machine:
                 + (f"; {WIDE} wide: sparse {self.sparse_wide_per_core / 1e9:.2f} G edge-columns/s"
                    if self.sparse_wide_per_core else "")
                 + (f"; {WIDE} wide: dense {self.dense_wide_per_core / 1e9:.1f} GFLOP/s" if self.dense_wide_per_core else "")
-                + (f"; in cache: dense {self.dense_cached_per_core / 1e9:.1f} GFLOP/s, elementwise "
-                   f"{self.elementwise_cached_per_core / 1e9:.2f} G values/s" if self.dense_cached_per_core else "")
+                + (f"; in cache: dense {self.dense_cached_per_core / 1e9:.1f} GFLOP/s" if self.dense_cached_per_core else "")
+                + (f"; in cache: elementwise {self.elementwise_cached_per_core / 1e9:.2f} G values/s"
+                   if self.elementwise_cached_per_core else "")
                 + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else "")
                 + (f" among {self.epoch_fixed_ranks} ranks" if self.epoch_fixed_s and self.epoch_fixed_ranks else ""))
 

@@ -8,7 +8,10 @@ result (the candidate, priced). Where fork is missing, or one CPU is usable, the
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
+import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Mapping
@@ -16,6 +19,17 @@ from typing import Any, Callable, Mapping
 from partition.errors import DataError, GnnDistError
 
 _JOBS: dict[str, Callable[[], Any]] = {}  # what a forked worker runs, by name (closures do not pickle)
+
+
+def _die_with(parent: int) -> None:
+    """A worker's initializer: killed when the parent dies (a scheduler's SIGTERM or the OOM killer ends the
+    command, not its METIS runs, which would otherwise run on as orphans holding their working sets)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (AttributeError, OSError):  # not Linux: an orphan finishes its one METIS run, then the pool is gone
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _made(name: str) -> Any:
@@ -40,7 +54,8 @@ def run_all(jobs: Mapping[str, Callable[[], Any]], workers: int) -> dict[str, An
     _JOBS.clear()
     _JOBS.update(jobs)
     try:
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_die_with,
+                                 initargs=(os.getpid(),)) as pool:
             futures = {name: pool.submit(_made, name) for name in jobs}
             return {name: f.result() for name, f in futures.items()}
     except BrokenProcessPool:

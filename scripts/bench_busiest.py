@@ -153,7 +153,8 @@ def reprofile(a: argparse.Namespace) -> None:
 
 def repredict(row: dict, work: Path, widths: bool = True) -> float:
     """The current cost model's epoch for a measured row: its partition, its lab's profile (as now on disk);
-    `widths=False`: every layer at the profile's mean rates, as the model priced them before the wide rates."""
+    `widths=False`: every layer at the profile's mean rates, as the model priced them before the wide rates
+    (and before the in-cache ones)."""
     import dataclasses
 
     from partition.costmodel import Workload, predict
@@ -165,7 +166,8 @@ def repredict(row: dict, work: Path, widths: bool = True) -> float:
     meta = read_meta(str(folder))
     machine = load(str(profile_path(work, row["P"], row["cores"], row["rate"])))
     if not widths:
-        machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0)
+        machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0,
+                                      dense_cached_per_core=0.0, elementwise_cached_per_core=0.0)
     work_ = Workload(meta["num_features"], meta["num_classes"], 128, 3)
     return predict(parts_from_meta(meta), work_, machine).epoch_s
 

@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from partition.costmodel import BYTES_PER_VALUE, Workload, dense_seconds, layers, predict, rank_phases
+from partition.errors import DataError
 from partition.machine import DEFAULT, from_dict
 
 MB = 1 << 20
@@ -84,6 +85,6 @@ def test_profiles_carry_the_cached_rates_older_ones_load_and_bad_ones_are_one_li
     old = {k: v for k, v in data.items() if not k.endswith("_cached_per_core")}
     assert from_dict(old, "old.json").elementwise_rate(1, 1) == DEFAULT.elementwise_per_core
     for bad in (-1.0, float("nan"), "fast", 1e-300):
-        with pytest.raises(Exception, match="elementwise_cached_per_core") as e:
+        with pytest.raises(DataError, match="elementwise_cached_per_core") as e:
             from_dict(dict(data, elementwise_cached_per_core=bad), "bad.json")
         assert "\n" not in str(e.value)

@@ -54,3 +54,67 @@ def test_a_worker_killed_mid_run_is_one_line_not_a_hang():
     with pytest.raises(GnnDistError, match="partitioner process died") as e:
         run_all({"a": lambda: np.arange(3), "b": killed}, workers=2)
     assert "\n" not in str(e.value)
+
+
+def test_the_jobs_run_in_other_processes_and_die_with_the_parent(tmp_path):
+    """A scheduler's kill of `gnn-dist partition` (or the OOM killer's) must not leave its METIS runs behind."""
+    import subprocess
+    import sys
+    import time
+
+    made = run_all({"a": os.getpid, "b": os.getpid}, workers=2)
+    assert os.getpid() not in made.values()
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from partition.side_by_side import run_all\n"
+        "def job():\n"
+        f"    open(os.path.join({str(tmp_path)!r}, str(os.getpid())), 'w').close()\n"
+        "    time.sleep(120)\n"
+        "run_all({'a': job, 'b': job}, workers=2)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=os.path.dirname(os.path.dirname(__file__)))
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("[0-9]*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = [int(f.name) for f in tmp_path.glob("[0-9]*")]
+        assert len(workers) == 2, "the workers never started"
+    finally:
+        parent.kill()
+        parent.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(") ")[-1][0] != "Z"  # a zombie is dead, waiting to be reaped
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [w for w in workers if alive(w)]
+    for w in left:
+        os.kill(w, signal.SIGKILL)
+    assert not left, f"workers {left} outlived their parent"
+
+
+def test_how_many_candidates_at_once_follows_cpus_memory_and_method(rmat, monkeypatch):
+    """Side by side only where two CPUs are usable and the memory holds the working sets; never for a method
+    that runs threads of its own."""
+    import gnn_dist.runtime.cgroups as cgroups
+    import partition.memory as memory
+    from gnn_dist.cli.cost_report import candidate_workers
+    from gnn_dist.cli.partition_cmd import working_set_bytes
+
+    ws = working_set_bytes(rmat, "metis")
+    monkeypatch.setattr(cgroups, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(memory, "available_bytes", lambda: (int(2.5 * ws), "MemAvailable"))
+    assert candidate_workers(rmat, "metis") == 2 and candidate_workers(rmat, "kahip") == 2
+    assert candidate_workers(rmat, "mtkahypar") == 1
+    monkeypatch.setattr(memory, "available_bytes", lambda: (ws // 2, "MemAvailable"))
+    assert candidate_workers(rmat, "metis") == 1
+    monkeypatch.setattr(memory, "available_bytes", lambda: (None, ""))
+    assert candidate_workers(rmat, "metis") >= 3
+    monkeypatch.setattr(cgroups, "usable_cpus", lambda: 1.5)
+    assert candidate_workers(rmat, "metis") == 1
