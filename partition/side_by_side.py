@@ -25,7 +25,7 @@ def _die_with(parent: int) -> None:
     """A worker's initializer: killed when the parent dies (a scheduler's SIGTERM or the OOM killer ends the
     command, not its METIS runs, which would otherwise run on as orphans holding their working sets)."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
     except (AttributeError, OSError):  # not Linux: an orphan finishes its one METIS run, then the pool is gone
         pass
     if os.getppid() != parent:  # the parent died before prctl took effect
