@@ -321,3 +321,19 @@ def test_lab_ranks_and_their_sentinels_live_in_their_hosts_groups(tmp_path):
         down = subprocess.run(lab + ["down"], capture_output=True, text=True)
     assert down.returncode == 0 and not Path("/run/gnn-dist-netlab.json").exists()
     assert not any((Path(d).exists() for g in state["groups"] for d, _ in g["dirs"].values()))
+
+
+def test_an_idle_group_sits_at_the_top_and_weighs_least(tmp_path):
+    """The lab's spinners' group (scripts/keepawake.py): cpu.idle where the kernel has it, else the least weight
+    (cpu.shares 2 on v1, cpu.weight 1 on v2); at the mount's root, since a group weighs only against its siblings."""
+    proc = fake_tree(tmp_path, 1, {"cpu": "/box", "cpuacct": "/", "memory": "/"})
+    put(tmp_path / "cpu" / "spin", cpu__idle="0")
+    g = HostGroup("spin", idle=True).create("", str(proc))
+    assert (tmp_path / "cpu" / "spin" / "cpu.idle").read_text() == "1" and g.dirs["cpu"][0] == tmp_path / "cpu" / "spin"
+    assert not (tmp_path / "cpu" / "spin" / "cpu.cfs_quota_us").exists()  # no quota: it only yields
+    old = HostGroup("spin2", idle=True).create("", str(proc))
+    assert (old.dirs["cpu"][0] / "cpu.shares").read_text() == "2" and not (old.dirs["cpu"][0] / "cpu.idle").exists()
+    proc2 = fake_tree(tmp_path / "v2", 2, {"": "/"})
+    put(tmp_path / "v2" / "unified", cgroup__subtree_control="cpu memory")
+    v2 = HostGroup("spin", idle=True).create("", str(proc2))
+    assert (v2.dirs["cpu"][0] / "cpu.weight").read_text() == "1"
