@@ -1,6 +1,7 @@
-"""What the cost model reads of a partition, per part: inner, central and halo rows, rows sent, edges, and
-`top_reads` (how often its most-read rows are read): counted from an assignment (`part_counts`, what the
-default partition's candidates are priced by), from a built part (`plan_top_reads`, what partition.json
+"""What the cost model reads of a partition, per part: inner, central and halo rows, rows sent, edges, edges
+from halo rows (`halo_edges`: the product's share that waits for the exchange), and `top_reads` (how often
+its most-read rows are read): counted from an assignment (`part_counts`, what the default partition's
+candidates are priced by), from a built part (`plan_top_reads`, `plan_halo_edges`: what partition.json
 keeps), or read back from partition.json (`parts_from_meta`). torch-free."""
 from __future__ import annotations
 
@@ -42,8 +43,10 @@ def part_counts(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: 
     # (node, receiving part) pairs, each once
     halo = np.bincount(pairs % num_parts, minlength=num_parts)
     sent = np.bincount(parts[pairs // num_parts], minlength=num_parts)
+    halo_edges = np.bincount(parts[dst[cross]], minlength=num_parts)  # a halo row is a source in another part
+    tops = _parts_top_reads(src, dst, parts, num_parts)
     return [{"inner": int(inner[k]), "central": int(central[k]), "halo": int(halo[k]), "edges": int(edges[k]),
-             "sent": int(sent[k]), "top_reads": tops} for k, tops in enumerate(_parts_top_reads(src, dst, parts, num_parts))]
+             "sent": int(sent[k]), "halo_edges": int(halo_edges[k]), "top_reads": tops[k]} for k in range(num_parts)]
 
 
 def _parts_top_reads(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> list[list[int]]:
@@ -75,21 +78,30 @@ def _count(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def plan_halo_edges(indices: np.ndarray, num_inner: int) -> int:
+    """Edges of a built part whose source is a halo row (local ids from `num_inner` on)."""
+    return int(np.count_nonzero(np.asarray(indices) >= num_inner))
+
+
 def parts_from_meta(meta: Mapping) -> list[dict]:
-    """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded).
-    partition.json carries no checksum of its own: an edited count is one line, not a traceback mid-launch."""
+    """The counts `predict` reads, from a partition directory's partition.json (rows sent where recorded;
+    `halo_edges` where recorded, None in older partitions). partition.json carries no checksum of its own: an
+    edited count is one line, not a traceback mid-launch."""
     sent = (meta.get("stats") or {}).get("send_per_part")
     out = []
     for k, r in enumerate(meta["parts"]):
         part = {key: r.get(key) if isinstance(r, Mapping) else None for key in ("inner", "central", "halo", "edges")}
         part["sent"] = sent[k] if isinstance(sent, list) and k < len(sent) else part["halo"]
         top = r.get("top_reads") if isinstance(r, Mapping) else None
+        halo_edges = r.get("halo_edges") if isinstance(r, Mapping) else None
         bad = [key for key, v in part.items() if not _count(v)]
+        if halo_edges is not None and not (_count(halo_edges) and _count(part["edges"]) and halo_edges <= part["edges"]):
+            bad.append("halo_edges")
         if top is not None and not (isinstance(top, list) and 0 < len(top) <= 64 and all(map(_count, top))
                                     and all(a <= b for a, b in zip(top, top[1:]))):
             bad.append("top_reads")
         if bad:
             raise PartitionFormatError(f"partition.json: part {k}'s '{bad[0]}' is not a count (or, for top_reads, "
-                                       f"a rising list of counts): {str(r)[:80]}")
-        out.append(dict(part, top_reads=top))
+                                       f"a rising list of counts; for halo_edges, at most its edges): {str(r)[:80]}")
+        out.append(dict(part, top_reads=top, halo_edges=halo_edges))
     return out

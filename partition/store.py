@@ -18,7 +18,7 @@ import numpy as np
 
 from partition.build import PartPlan
 from partition.errors import DataError, PartitionFormatError, UsageError
-from partition.part_counts import plan_top_reads
+from partition.part_counts import plan_halo_edges, plan_top_reads
 
 FORMAT_VERSION = 1  # static graphs; 2 adds node/edge types, 3 snapshots
 TYPED_VERSION = 2
@@ -116,8 +116,8 @@ def write_partition(out: str | Path, meta: dict, node_map: np.ndarray, plans: It
             for name in names:
                 checksums[f"part-{plan.part}/{name}"] = sha256_file(folder / name)
             rows.append({"inner": plan.num_inner, "halo": plan.num_halo, "central": plan.num_central,
-                         "edges": plan.num_edges, "top_reads": plan_top_reads(plan.indices, plan.num_inner,
-                                                                        plan.num_inner + plan.num_halo)})
+                         "edges": plan.num_edges, "halo_edges": plan_halo_edges(plan.indices, plan.num_inner),
+                         "top_reads": plan_top_reads(plan.indices, plan.num_inner, plan.num_inner + plan.num_halo)})
             if on_part is not None:
                 on_part(plan)
         meta = dict(meta, format_version=version, parts=rows, sha256=checksums)

@@ -85,7 +85,9 @@ def test_partition_json_keeps_each_parts_top_reads(tmp_path):
     assert r.returncode == 0, r.stderr
     g = load_dataset(spec)
     counts = part_counts(*g.edge_index(), assign_parts(g, 3, "metis"), 3)  # the same assignment, from the graph
-    assert [p["top_reads"] for p in parts_from_meta(read_meta(tmp_path / "p"))] == [c["top_reads"] for c in counts]
+    kept = parts_from_meta(read_meta(tmp_path / "p"))
+    assert [p["top_reads"] for p in kept] == [c["top_reads"] for c in counts]
+    assert [p["halo_edges"] for p in kept] == [c["halo_edges"] for c in counts] and sum(c["halo_edges"] for c in counts)
 
 
 def test_an_edited_partition_json_is_one_line(tmp_path):
@@ -94,8 +96,10 @@ def test_an_edited_partition_json_is_one_line(tmp_path):
     good = {"inner": 4, "central": 2, "halo": 3, "edges": 9, "top_reads": [3, 5, 9, 13]}
     meta = {"parts": [good, dict(good, top_reads=None)], "stats": {"send_per_part": [3, 3]}}
     assert [p["top_reads"] for p in parts_from_meta(meta)] == [[3, 5, 9, 13], None]  # older partitions: none
+    assert [p["halo_edges"] for p in parts_from_meta(meta)] == [None, None]
     for key, lie in (("top_reads", ["x"]), ("top_reads", [5, 3]), ("top_reads", 7), ("top_reads", []),
-                     ("inner", "4"), ("edges", -1), ("halo", True), ("central", 2.5)):
+                     ("inner", "4"), ("edges", -1), ("halo", True), ("central", 2.5), ("halo_edges", 10),
+                     ("halo_edges", -1), ("halo_edges", "3")):
         with pytest.raises(PartitionFormatError, match=f"part 1's '{key}'"):
             parts_from_meta({"parts": [good, dict(good, **{key: lie})]})
     with pytest.raises(PartitionFormatError, match="part 0's 'sent'"):
