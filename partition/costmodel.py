@@ -5,7 +5,8 @@ the model's widths and depth, it counts each rank's work in three kinds (sparse 
 flops, elementwise values) and its wire bytes per exchange, then prices them with a machine profile
 (partition.machine):
 
-- compute = work at one core's rates over the rank's threads (cores per host / ranks per host), plus the
+- compute = work at one core's rates over the rank's threads (cores per host / ranks per host), with what the
+  bytes sent and received cost the rank's CPU where the profile measured it (`wire_cpu_seconds`), plus the
   step's fixed cost (Python, autograd, optimiser) on one thread;
 - a sparse product is bound by where its source rows come from (a roofline with two roofs): a read of a
   row in cache costs a few cycles, a read from memory a cache miss per row. A row stays in cache while
@@ -79,7 +80,7 @@ class RankCost:
     sparse_s: float
     dense_s: float
     elementwise_s: float
-    compute_s: float  # the three above, on this rank's threads
+    compute_s: float  # the three above and the wire's CPU (`wire_cpu_seconds`), on this rank's threads
     wire_s: float  # unhidden wire time
     epoch_s: float  # compute + wire
 
@@ -245,7 +246,8 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     cur = 0.0
 
     def meet(before: float, during: float, width: int) -> None:
-        out.append(Phase(cur + before, during))
+        # the bytes' CPU (gloo, the network stack in the rank's time) runs while they travel
+        out.append(Phase(cur + before, during + wire_cpu_seconds(part, width, machine, codec)))
         sizes.append(rows * row_bytes(width, for_width(codec, width)))
 
     terms = _layer_seconds(part, plan, machine, sharing)
@@ -270,6 +272,15 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     idle = [ph.work_s / threads + (machine.step_s + fixed_s) / len(out) for ph in out]
     wires = through_bucket(sizes, idle, machine)
     return [Phase(ph.work_s, ph.overlap_s, machine.latency_s * peers + w) for ph, w in zip(out, wires)]
+
+
+def wire_cpu_seconds(part: Mapping, width: int, machine: Machine, codec: str = "fp32") -> float:
+    """One all-to-all's CPU at one core: the rows the rank sends and receives, `width` wide in `codec`, at the
+    profile's `wire_cpu_s_per_byte` (0 where not measured)."""
+    if not machine.wire_cpu_s_per_byte:
+        return 0.0
+    rows = float(part["halo"]) + float(part.get("sent", part["halo"]))
+    return rows * row_bytes(width, for_width(codec, width)) * machine.wire_cpu_s_per_byte
 
 
 def overlapped_share(part: Mapping) -> float:
@@ -328,12 +339,13 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d = dense_seconds(float(part["inner"]), plan, machine, per_host)
         e = 2.0 * sum(e_in + e_out for e_in, e_out in elementwise_seconds(part, plan, machine, per_host))
-        one_core.append(s + d + e + graph_only.step_s)
+        w = sum(la.exchanges * wire_cpu_seconds(part, la.width, machine, work.codec) for la in plan)  # the wire's CPU
+        one_core.append(s + d + e + w + graph_only.step_s)
         phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads * speed,
                              work.codec)
         phased.append(_on_threads(phases, threads, graph_only.step_s))
         # the step's fixed part runs on one thread; a measured fixed epoch holds it (added to the epoch once)
-        compute = ((s + d + e) / threads + graph_only.step_s) / speed
+        compute = ((s + d + e + w) / threads + graph_only.step_s) / speed
         wire = sum(max(0.0, ph.wire_s - ph.overlap_s / speed) for ph in phased[-1])
         ranks.append(RankCost(k, s, d, e, compute, wire, compute + wire))
     hosts = [range(h, min(h + per_host, p)) for h in range(0, p, per_host)]

@@ -62,6 +62,11 @@ class Machine:
     # every size at the rates above (measured on operands larger than the cache)
     dense_cached_per_core: float = 0.0
     elementwise_cached_per_core: float = 0.0
+    # what a byte sent or received costs the rank's CPU (gloo's threads, the kernel's network stack where it runs
+    # in the rank's time): CPU seconds per byte, at one core, out of the rank's cores like its compute. 0: not
+    # measured (profiles without --link), free. The lab's unshaped links charge the whole path to the ranks
+    # (its SBM ranks at 4 x 0.45 computed 1.2x longer than at 1 Gbit/s, whose token bucket defers it)
+    wire_cpu_s_per_byte: float = 0.0
 
     def fits(self, nbytes: float, sharing: int) -> bool:
         """Whether an operand of `nbytes` stays in a rank's share of the host's last-level cache (its `sharing`
@@ -110,6 +115,7 @@ class Machine:
                 + (f"; in cache: dense {self.dense_cached_per_core / 1e9:.1f} GFLOP/s" if self.dense_cached_per_core else "")
                 + (f"; in cache: elementwise {self.elementwise_cached_per_core / 1e9:.2f} G values/s"
                    if self.elementwise_cached_per_core else "")
+                + (f"; the wire's CPU {self.wire_cpu_s_per_byte * 1e9:.2f} s per GB" if self.wire_cpu_s_per_byte else "")
                 + (f"; an epoch's fixed cost {self.epoch_fixed_s * 1e3:.1f} ms" if self.epoch_fixed_s else "")
                 + (f" among {self.epoch_fixed_ranks} ranks" if self.epoch_fixed_s and self.epoch_fixed_ranks else ""))
 
@@ -149,16 +155,17 @@ LIMITS = {"sparse_per_core": (1e3, 1e15), "dense_per_core": (1e3, 1e16), "elemen
           "sparse_hot_per_core": (1e3, 1e15), "cache_bytes": (1024.0, 1e15),
           "epoch_fixed_s": (1e-6, 3600.0), "epoch_fixed_ranks": (0, 1 << 20), "link_rate_bytes_per_s": (1e3, 1e13),
           "sparse_row_per_core": (1e3, 1e15), "sparse_wide_per_core": (1e3, 1e15), "dense_wide_per_core": (1e3, 1e16),
-          "dense_cached_per_core": (1e3, 1e16), "elementwise_cached_per_core": (1e3, 1e15)}
+          "dense_cached_per_core": (1e3, 1e16), "elementwise_cached_per_core": (1e3, 1e15),
+          "wire_cpu_s_per_byte": (1e-15, 1e-3)}
 # absent from older profiles: 0, not measured
 OPTIONAL = ("link_burst_bytes", "sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "epoch_fixed_ranks",
             "link_rate_bytes_per_s", "sparse_row_per_core", "sparse_wide_per_core", "dense_wide_per_core",
-            "dense_cached_per_core", "elementwise_cached_per_core")
+            "dense_cached_per_core", "elementwise_cached_per_core", "wire_cpu_s_per_byte")
 # 0 (not measured) or within LIMITS: a rate of 1e-300 would price a product at 1e305 s, and a fixed epoch of
 # 1e-320 s would switch the model to a measured fixed cost of nothing
 UNMEASURED_ZERO = ("sparse_hot_per_core", "cache_bytes", "epoch_fixed_s", "link_rate_bytes_per_s",
                    "sparse_row_per_core", "sparse_wide_per_core", "dense_wide_per_core", "dense_cached_per_core",
-                   "elementwise_cached_per_core")
+                   "elementwise_cached_per_core", "wire_cpu_s_per_byte")
 WHOLE = ("ranks_per_host", "epoch_fixed_ranks")
 
 

@@ -169,7 +169,19 @@ def repredict(row: dict, work: Path, widths: bool = True) -> float:
         machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0,
                                       dense_cached_per_core=0.0, elementwise_cached_per_core=0.0)
     work_ = Workload(meta["num_features"], meta["num_classes"], 128, 3)
-    return predict(parts_from_meta(meta), work_, machine).epoch_s
+    return predict(with_halo_edges(parts_from_meta(meta), Path(folder)), work_, machine).epoch_s
+
+
+def with_halo_edges(parts: list[dict], folder: Path) -> list[dict]:
+    """Parts of a partition made before partition.json kept `halo_edges`, with the count taken from the part
+    files, so that every row is priced by the same model."""
+    import numpy as np
+
+    from partition.part_counts import plan_halo_edges
+
+    return [p if p.get("halo_edges") is not None else
+            dict(p, halo_edges=plan_halo_edges(np.load(folder / f"part-{k}" / "graph.npz")["indices"], p["inner"]))
+            for k, p in enumerate(parts)]
 
 
 def table(a: argparse.Namespace) -> None:

@@ -148,3 +148,5 @@ def test_profile_machine_among_ranks_keeps_the_hosts_cache(tmp_path):
     # among ranks, an epoch's fixed cost from a tiny training (alone, none: step_s and the latency stand for it)
     assert one.epoch_fixed_s == 0.0 and 0.0 < two.epoch_fixed_s < 1.0 and "fixed cost" in two.describe()
     assert (one.epoch_fixed_ranks, two.epoch_fixed_ranks) == (0, 2) and "among 2 ranks" in two.describe()
+    # what the bytes cost the ranks' CPU: measured among ranks (loopback TCP costs some), not alone
+    assert one.wire_cpu_s_per_byte == 0.0 and 1e-13 < two.wire_cpu_s_per_byte < 1e-6 and "per GB" in two.describe()

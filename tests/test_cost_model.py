@@ -97,6 +97,12 @@ def test_prediction_is_the_models_arithmetic():
     assert overlapped.wire_s < r.wire_s and overlapped.compute_s == pytest.approx(r.compute_s)
     assert predict([dict(part_he, central=1000)] * 2, Workload(5, 2, 2, 1), ROUND).ranks[0].wire_s == \
         pytest.approx(overlapped.wire_s)  # halo_edges, where known, is what counts
+    # the bytes' CPU (wire_cpu_s_per_byte): (100 received + 300 sent) rows x 2 columns x 4 bytes an exchange, two
+    # exchanges, on the rank's 2 threads, while the rows travel
+    busy = predict([part] * 2, work, Machine(**dict(ROUND.__dict__, wire_cpu_s_per_byte=1e-9))).ranks[0]
+    assert busy.compute_s == pytest.approx(r.compute_s + 2 * 400 * 2 * 4 * 1e-9 / 2)
+    assert busy.elementwise_s == r.elementwise_s  # and it runs while the rows travel, hiding as much of the wire
+    assert busy.wire_s == pytest.approx(r.wire_s - 2 * 400 * 2 * 4 * 1e-9 / 2)
 
 
 def test_ranks_sharing_cores_floor_the_epoch():

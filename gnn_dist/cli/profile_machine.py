@@ -68,27 +68,35 @@ def loopback_link(repeat: int, size: int = 8 << 20) -> tuple[float, float]:
     return max(rates), latency
 
 
-def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, float]:
-    """(bytes per second per rank and direction, seconds per peer of an all-to-all) among the launched ranks:
-    1 MiB per peer gives the rate, empty all-to-alls back to back the latency (what a meeting costs between
-    ranks that compute is in `tiny_epoch`), each the median of `repeat` x 10."""
+def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, float, float]:
+    """(bytes per second per rank and direction, seconds per peer of an all-to-all, CPU seconds per byte sent
+    or received) among the launched ranks: 1 MiB per peer gives the rate, empty all-to-alls back to back the
+    latency (what a meeting costs between ranks that compute is in `tiny_epoch`), each the median of `repeat`
+    x 10; the CPU is what the rank's process spent (all its threads, and the kernel's network stack where it
+    ran in them) on the payload, beyond the empty all-to-alls."""
     import torch
     import torch.distributed as dist
 
     p = ctx.world_size
 
-    def a2a_seconds(values: int) -> float:
+    def a2a_seconds(values: int) -> tuple[float, float]:
         send, recv = torch.zeros(p * values), torch.empty(p * values)
+        calls = [0]
 
         def ten() -> None:
             dist.barrier()
             for _ in range(10):
                 dist.all_to_all_single(recv, send)
-        return median_of(ten, repeat) / 10
+            calls[0] += 10
 
-    small = a2a_seconds(1)
-    big = a2a_seconds(peer_bytes // 4)
-    return link_rate(p, peer_bytes, small, big), small / max(p - 1, 1)
+        cpu = time.process_time()
+        wall = median_of(ten, repeat) / 10
+        return wall, (time.process_time() - cpu) / calls[0]
+
+    small, small_cpu = a2a_seconds(1)
+    big, big_cpu = a2a_seconds(peer_bytes // 4)
+    return (link_rate(p, peer_bytes, small, big), small / max(p - 1, 1),
+            max(0.0, big_cpu - small_cpu) / (2 * max(p - 1, 1) * peer_bytes))
 
 
 def link_rate(p: int, peer_bytes: int, small: float, big: float) -> float:
@@ -155,11 +163,12 @@ def measure(args: argparse.Namespace):
     if ctx.world_size < 2:
         raise UsageError("--link measures the link among launched ranks: run under mpiexec -n P (P >= 2) or the "
                          "network lab")
-    link, latency = ranks_link(ctx, args.repeat)
+    link, latency, wire_cpu = ranks_link(ctx, args.repeat)
     dist.barrier()
     rates = compute_rates(args.rows, args.repeat, ctx.local_size)  # every rank at once, as in training: they share the cores
     dist.barrier()
     rates["epoch_fixed_s"] = tiny_epoch(ctx)
+    rates["wire_cpu_s_per_byte"] = wire_cpu
     table = torch.zeros(ctx.world_size, len(rates), dtype=torch.float64)
     table[ctx.rank] = torch.tensor([rates[k] for k in sorted(rates)], dtype=torch.float64)
     dist.all_reduce(table)
@@ -168,10 +177,11 @@ def measure(args: argparse.Namespace):
     busy = min(ctx.local_size, cores)  # cores the host's ranks kept busy (a fraction on an emulated host)
     hosts = max(1, ctx.world_size // ctx.local_size)  # the rates summed over every host's ranks: a host's mean
     summed = dict(zip(sorted(rates), table.sum(0).tolist()))
-    rates_per_core = {k: v / (busy * hosts) for k, v in summed.items() if k not in ("step_s", "cache_bytes", "epoch_fixed_s")}
+    means = ("epoch_fixed_s", "wire_cpu_s_per_byte")  # the ranks' means, not rates per core
+    rates_per_core = {k: v / (busy * hosts) for k, v in summed.items() if k not in ("step_s", "cache_bytes", *means)}
     rates_per_core["cache_bytes"] = rates["cache_bytes"]
     rates_per_core["step_s"] = summed["step_s"] / ctx.world_size * busy / ctx.local_size  # mean step, at a core each
-    rates_per_core["epoch_fixed_s"] = summed["epoch_fixed_s"] / ctx.world_size  # the ranks' mean
+    rates_per_core.update({k: summed[k] / ctx.world_size for k in means})
     rates_per_core["epoch_fixed_ranks"] = ctx.world_size  # it holds for as many ranks: partition says when parts differ
     return Machine(name=args.name or socket.gethostname(), cores_per_host=cores,
                    ranks_per_host=0 if ctx.local_size == ctx.world_size else ctx.local_size,
