@@ -45,3 +45,25 @@ def test_tables_take_medians_over_repeats(tmp_path, capsys):
     # against --balance nodes (median 4.2): 2.2 / 4.2
     assert "| `rmat` | 4 x 0.45 core | 1gbit | default | 3 | 2.200 | 2.000-9.000 | 0.52 | 1.20 |" in out
     assert "| `rmat` | 4 x 0.45 core | 1gbit | nodes | 2 | 4.200 | 4.000-4.400 | 1.00 | 2.00 |" in out
+
+
+def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_path):
+    """A partition.json without halo_edges (made before it was kept) is priced with the count taken from its
+    part files: the same count, so the same prediction, as a partition that kept it."""
+    from partition.part_counts import parts_from_meta
+    from partition.store import read_meta
+    from tests.conftest import run_cli
+
+    out = tmp_path / "p"
+    r = run_cli("partition", "--dataset", "rmat:scale=10,edges=8000", "--parts", "3", "--balance", "nodes",
+                "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    kept = parts_from_meta(read_meta(out))
+    assert all(p["halo_edges"] for p in kept)
+    meta = json.loads((out / "partition.json").read_text())
+    for p in meta["parts"]:
+        del p["halo_edges"]
+    (out / "partition.json").write_text(json.dumps(meta))
+    old = parts_from_meta(read_meta(out))
+    assert [p["halo_edges"] for p in old] == [None] * 3
+    assert bench_busiest.with_halo_edges(old, out) == kept
