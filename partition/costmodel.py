@@ -60,7 +60,7 @@ class Workload:
     classes: int
     hidden: int = 16
     layers: int = 2
-    overlap: bool = True  # central rows aggregate while the halo travels (train's default; --no-overlap off)
+    overlap: bool = True  # inner rows' reads aggregate while the halo travels (train's default; --no-overlap off)
     codec: str = "fp32"  # how halo rows and gradients travel (partition.wire: a fixed codec; fp32 is exact)
 
 
@@ -100,7 +100,8 @@ class Prediction:
         """One line: the predicted epoch, the busiest rank and what holds it."""
         r = self.ranks[self.busiest]
         why = {"compute": f"compute {r.compute_s:.4g} s (at one core: sparse {r.sparse_s:.4g}, dense "
-                          f"{r.dense_s:.4g}, elementwise {r.elementwise_s:.4g} s) + unhidden wire {r.wire_s:.4g} s",
+                          f"{r.dense_s:.4g}, elementwise {r.elementwise_s:.4g} s, and the wire's CPU where "
+                          f"measured) + unhidden wire {r.wire_s:.4g} s",
                "wire": f"unhidden wire {r.wire_s:.4g} s + compute {r.compute_s:.4g} s",
                "shared cores": f"its host's cores are shared: waiting for a core adds {self.sharing_s:.4g} s to "
                                f"the phases (rank {self.busiest} alone: {r.epoch_s:.4g} s; the host's work over its "
@@ -235,10 +236,10 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
     product computed while the rows travel, the rest after; backward in reverse, the halo rows' share of
     the transposed product before its all-to-all; then the gradients' all-reduce (the optimiser after it
     runs into the next step's first phase). Its work sums to `rank_work`'s, each layer at its width's rates
-    (`Machine.width_speedup`). A token-bucket link refills
-    while the rank computes (on its `threads`, times its host's speed where it has less than a core: wall
-    seconds, not one core's), and during its share of the
-    step's fixed cost and of the epoch's (`step_s`, `fixed_s`, spread evenly). Rows travel in `codec`."""
+    (`Machine.width_speedup`), plus the wire's CPU while each meeting's rows travel (`wire_cpu_seconds`). A
+    token-bucket link refills while the rank computes (on its `threads`, times its host's speed where it has
+    less than a core: wall seconds, not one core's), and during its share of the step's fixed cost and of
+    the epoch's (`step_s`, `fixed_s`, spread evenly). Rows travel in `codec`."""
     c = overlapped_share(part) if overlap else 0.0
     rows = max(float(part["halo"]), float(part.get("sent", part["halo"])))
     out: list[Phase] = []
@@ -287,7 +288,8 @@ def overlapped_share(part: Mapping) -> float:
     """The share of a layer's sparse product computed while its exchange travels (HaloSpMM): every read of an
     inner row, forward (the halo rows' columns wait for the rows) and backward (the halo rows' gradients go
     first, the rest meanwhile); older partitions without `halo_edges` count the central rows' share, which
-    left a marginal row's inner edges out (SBM at 4 x 0.45: unhidden wire priced at 1.1 s, measured 0.33)."""
+    left a marginal row's inner edges out and priced the wire of parts with few central rows (an SBM's)
+    mostly unhidden (docs/benchmarks.md, "The cost model and the default partition on emulated hosts")."""
     reads = float(part["edges"]) + float(part["inner"])  # the operator's edges and the self loops
     if part.get("halo_edges") is not None and reads:
         return min(1.0, max(0.0, 1.0 - float(part["halo_edges"]) / reads))
@@ -320,7 +322,8 @@ def _on_threads(phases: Sequence[Phase], threads: int, step_s: float) -> list[Ph
 
 
 def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Prediction:
-    """Each rank's predicted epoch from its part's counts (keys inner, central, halo, edges, sent), and the
+    """Each rank's predicted epoch from its part's counts (keys inner, central, halo, edges, sent, and optionally
+    halo_edges and top_reads), and the
     epoch: phase by phase, the last rank to reach each meeting, ranks sharing a host's cores
     (partition.phases).
 

@@ -64,8 +64,8 @@ class Machine:
     elementwise_cached_per_core: float = 0.0
     # what a byte sent or received costs the rank's CPU (gloo's threads, the kernel's network stack where it runs
     # in the rank's time): CPU seconds per byte, at one core, out of the rank's cores like its compute. 0: not
-    # measured (profiles without --link), free. The lab's unshaped links charge the whole path to the ranks
-    # (its SBM ranks at 4 x 0.45 computed 1.2x longer than at 1 Gbit/s, whose token bucket defers it)
+    # measured (profiles without --link), free. The lab's unshaped links run the whole path in the sending
+    # rank's time, where a token bucket defers it to whoever runs when it fires (docs/benchmarks.md)
     wire_cpu_s_per_byte: float = 0.0
 
     def fits(self, nbytes: float, sharing: int) -> bool:

@@ -95,13 +95,15 @@ def parts_from_meta(meta: Mapping) -> list[dict]:
         top = r.get("top_reads") if isinstance(r, Mapping) else None
         halo_edges = r.get("halo_edges") if isinstance(r, Mapping) else None
         bad = [key for key, v in part.items() if not _count(v)]
-        if halo_edges is not None and not (_count(halo_edges) and _count(part["edges"]) and halo_edges <= part["edges"]):
+        if halo_edges is not None and not (_count(halo_edges) and not bad  # each halo row is read at least once
+                                           and part["halo"] <= halo_edges <= part["edges"]):
             bad.append("halo_edges")
         if top is not None and not (isinstance(top, list) and 0 < len(top) <= 64 and all(map(_count, top))
                                     and all(a <= b for a, b in zip(top, top[1:]))):
             bad.append("top_reads")
         if bad:
             raise PartitionFormatError(f"partition.json: part {k}'s '{bad[0]}' is not a count (or, for top_reads, "
-                                       f"a rising list of counts; for halo_edges, at most its edges): {str(r)[:80]}")
+                                       f"a rising list of counts; for halo_edges, between its halo rows and its "
+                                       f"edges): {str(r)[:80]}")
         out.append(dict(part, top_reads=top, halo_edges=halo_edges))
     return out

@@ -22,7 +22,7 @@ class Phase:
     """One rank's stretch up to a meeting, in seconds as if the rank ran alone on its threads."""
 
     work_s: float  # computed before the rank arrives at the meeting
-    overlap_s: float = 0.0  # computed while the meeting's rows travel (central rows), after arriving
+    overlap_s: float = 0.0  # computed while the meeting's rows travel (inner rows' reads, the wire's CPU), after arriving
     wire_s: float = 0.0  # the meeting itself: latency per peer and the bytes at the link's rate (0: no meeting)
 
 

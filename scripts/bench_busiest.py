@@ -169,19 +169,25 @@ def repredict(row: dict, work: Path, widths: bool = True) -> float:
         machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0,
                                       dense_cached_per_core=0.0, elementwise_cached_per_core=0.0)
     work_ = Workload(meta["num_features"], meta["num_classes"], 128, 3)
-    return predict(with_halo_edges(parts_from_meta(meta), Path(folder)), work_, machine).epoch_s
+    return predict(with_halo_edges(parts_from_meta(meta), Path(folder), meta), work_, machine).epoch_s
 
 
-def with_halo_edges(parts: list[dict], folder: Path) -> list[dict]:
+def with_halo_edges(parts: list[dict], folder: Path, meta: dict | None = None) -> list[dict]:
     """Parts of a partition made before partition.json kept `halo_edges`, with the count taken from the part
-    files, so that every row is priced by the same model."""
-    import numpy as np
-
+    files (read and checked as training reads them), so that every row is priced by the same model."""
     from partition.part_counts import plan_halo_edges
+    from partition.store import read_part
 
-    return [p if p.get("halo_edges") is not None else
-            dict(p, halo_edges=plan_halo_edges(np.load(folder / f"part-{k}" / "graph.npz")["indices"], p["inner"]))
-            for k, p in enumerate(parts)]
+    def count(k: int) -> int:
+        if (folder, k) not in _HALO_EDGES:  # each row of a partition prices it again: read its parts once
+            plan = read_part(folder, k, meta)
+            _HALO_EDGES[folder, k] = plan_halo_edges(plan.indices, plan.num_inner)
+        return _HALO_EDGES[folder, k]
+
+    return [p if p.get("halo_edges") is not None else dict(p, halo_edges=count(k)) for k, p in enumerate(parts)]
+
+
+_HALO_EDGES: dict[tuple[Path, int], int] = {}
 
 
 def table(a: argparse.Namespace) -> None:

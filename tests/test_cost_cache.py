@@ -99,7 +99,7 @@ def test_an_edited_partition_json_is_one_line(tmp_path):
     assert [p["halo_edges"] for p in parts_from_meta(meta)] == [None, None]
     for key, lie in (("top_reads", ["x"]), ("top_reads", [5, 3]), ("top_reads", 7), ("top_reads", []),
                      ("inner", "4"), ("edges", -1), ("halo", True), ("central", 2.5), ("halo_edges", 10),
-                     ("halo_edges", -1), ("halo_edges", "3")):
+                     ("halo_edges", 2), ("halo_edges", -1), ("halo_edges", "3")):
         with pytest.raises(PartitionFormatError, match=f"part 1's '{key}'"):
             parts_from_meta({"parts": [good, dict(good, **{key: lie})]})
     with pytest.raises(PartitionFormatError, match="part 0's 'sent'"):
@@ -150,3 +150,14 @@ def test_profile_machine_among_ranks_keeps_the_hosts_cache(tmp_path):
     assert (one.epoch_fixed_ranks, two.epoch_fixed_ranks) == (0, 2) and "among 2 ranks" in two.describe()
     # what the bytes cost the ranks' CPU: measured among ranks (loopback TCP costs some), not alone
     assert one.wire_cpu_s_per_byte == 0.0 and 1e-13 < two.wire_cpu_s_per_byte < 1e-6 and "per GB" in two.describe()
+
+
+def test_the_wire_cpu_is_the_payloads_cpu_over_the_bytes_in_and_out():
+    """4 ranks, 1 MiB to each of 3 peers: 6 MiB sent and received an all-to-all; 6 ms of CPU beyond an empty
+    one is 1 ns a byte (what `profile-machine --link` keeps as wire_cpu_s_per_byte)."""
+    from gnn_dist.cli.profile_machine import wire_cpu
+
+    assert wire_cpu(4, 1 << 20, 0.001, 0.001 + 6 * (1 << 20) * 1e-9) == pytest.approx(1e-9)
+    assert wire_cpu(2, 1 << 20, 0.002, 0.001) == 0.0  # noise: the empty all-to-all cost more
+    assert wire_cpu(2, 1 << 20, 0.0, 1e-12) == 0.0  # below the profile's floor: not measured, not refused
+    assert from_dict(dict(dataclasses.asdict(DEFAULT), wire_cpu_s_per_byte=0.0), "m").wire_cpu_s_per_byte == 0.0

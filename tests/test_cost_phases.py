@@ -72,6 +72,15 @@ def test_phases_hold_all_of_a_ranks_work(features, layers_):
     total = sum(ph.work_s + ph.overlap_s for ph in phases)
     assert total == pytest.approx(sparse / 1e9 + dense / 1e15 + elem / 1e15, rel=1e-12)
     assert all(ph.overlap_s == 0.0 for ph in rank_phases(part, plan, SPARSE_ONLY, 1, 3, overlap=False))
+    # with halo_edges (the overlapped share) and the wire's CPU: the same work, and each exchange's bytes
+    # (200 received + 150 sent rows, at the layer's width) once, while they travel
+    wired = dataclasses.replace(SPARSE_ONLY, wire_cpu_s_per_byte=1e-9)
+    both = rank_phases(dict(part, halo_edges=2500), plan, wired, 1, 3, overlap=True)
+    cpu = sum(la.exchanges * 350 * la.width * 4 * 1e-9 for la in plan)
+    assert sum(ph.work_s + ph.overlap_s for ph in both) == pytest.approx(total + cpu, rel=1e-12)
+    assert sum(ph.overlap_s for ph in both) > sum(ph.overlap_s for ph in phases)  # 7,500 of 10,000 reads, not 300 of 1,000 rows'
+    assert all(ph.overlap_s == 0.0 for ph in rank_phases(dict(part, halo_edges=2500), plan, SPARSE_ONLY, 1, 3,
+                                                         overlap=False))
 
 
 def test_a_measured_fixed_epoch_replaces_the_step_and_the_latency():

@@ -95,8 +95,7 @@ def ranks_link(ctx, repeat: int, peer_bytes: int = 1 << 20) -> tuple[float, floa
 
     small, small_cpu = a2a_seconds(1)
     big, big_cpu = a2a_seconds(peer_bytes // 4)
-    return (link_rate(p, peer_bytes, small, big), small / max(p - 1, 1),
-            max(0.0, big_cpu - small_cpu) / (2 * max(p - 1, 1) * peer_bytes))
+    return link_rate(p, peer_bytes, small, big), small / max(p - 1, 1), wire_cpu(p, peer_bytes, small_cpu, big_cpu)
 
 
 def link_rate(p: int, peer_bytes: int, small: float, big: float) -> float:
@@ -107,6 +106,14 @@ def link_rate(p: int, peer_bytes: int, small: float, big: float) -> float:
     floor of half cut a real profile's rate 28%: 4 local ranks' empty all-to-all took 2.4 ms, the payload
     added 1.4.)"""
     return (p - 1) * peer_bytes / max(big - small, big / 10, 1e-9)
+
+
+def wire_cpu(p: int, peer_bytes: int, small_cpu: float, big_cpu: float) -> float:
+    """CPU seconds per byte sent or received, from an all-to-all's CPU seconds empty (`small_cpu`) and with
+    `peer_bytes` to each of its p - 1 peers (`big_cpu`): what the payload added, over the bytes the rank sent
+    and received. 0 (not measured) where it is below what a profile keeps (a noisy difference)."""
+    per_byte = max(0.0, big_cpu - small_cpu) / (2 * max(p - 1, 1) * peer_bytes)
+    return per_byte if per_byte >= 1e-15 else 0.0  # partition.machine.LIMITS' floor
 
 
 TINY = {"width": 30, "height": 30, "features": 16}  # the graph of `tiny_epoch`: too small to weigh anything

@@ -159,14 +159,14 @@ class HostGroup:
     memory: int | None = None
     dirs: dict = field(default_factory=dict)  # controller -> (directory, cgroup version)
     # a group that takes only CPU time nothing else wants (the lab's spinners, scripts/keepawake.py): SCHED_IDLE
-    # tasks alone did not (kernel 6.18: four hosts at 0.45 core got 0.23 each beside them, 0.45 with them here)
+    # tasks alone did not (kernel 6.18: four hosts at 0.45 core got 0.21-0.23 each beside them, 0.42-0.45 here)
     idle: bool = False
 
     def create(self, parent: str, proc: str = PROC, period_us: int | None = None) -> "HostGroup":
         """Make the groups and set the limits. The controllers a limit needs must be mounted; the others
         (cpu, cpuacct and memory, for CPU time and peak memory in `usage`) are used where they are."""
         need = {"cpu": self.cores is not None or self.idle, "memory": self.memory is not None}
-        for c in ("cpu", "memory", "cpuacct"):
+        for c in ("cpu",) if self.idle else ("cpu", "memory", "cpuacct"):  # an idle group only yields CPU
             found = group_dir(c, proc)
             if found is None:
                 if need.get(c):
@@ -209,6 +209,16 @@ class HostGroup:
                 _write(d / "memory.limit_in_bytes", str(self.memory), close)
                 if (d / "memory.memsw.limit_in_bytes").exists():
                     _write(d / "memory.memsw.limit_in_bytes", str(self.memory), close)
+
+    @classmethod
+    def find(cls, parent: str, name: str, proc: str = PROC) -> "HostGroup":
+        """The groups `create` made, where they still exist (none made here): for removing them."""
+        group = cls(name)
+        for c in ("cpu", "memory", "cpuacct"):
+            found = group_dir(c, proc)
+            if found is not None and (found[1].point / parent / name).is_dir():
+                group.dirs[c] = (found[1].point / parent / name, found[1].version)
+        return group
 
     def _idle(self) -> None:
         """cpu.idle (kernels from 5.15, v1 and v2): the group weighs as a SCHED_IDLE task; older kernels get
