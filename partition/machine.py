@@ -64,8 +64,7 @@ class Machine:
     elementwise_cached_per_core: float = 0.0
     # what a byte sent or received costs the rank's CPU (gloo's threads, the kernel's network stack where it runs
     # in the rank's time): CPU seconds per byte, at one core, out of the rank's cores like its compute. 0: not
-    # measured (profiles without --link), free. The lab's unshaped links run the whole path in the sending
-    # rank's time, where a token bucket defers it to whoever runs when it fires (docs/benchmarks.md)
+    # measured (profiles without --link), free. The lab's profiles: 0.38-0.76 s per GB (docs/benchmarks.md)
     wire_cpu_s_per_byte: float = 0.0
 
     def fits(self, nbytes: float, sharing: int) -> bool:
