@@ -170,12 +170,12 @@ def measure(args: argparse.Namespace):
     if ctx.world_size < 2:
         raise UsageError("--link measures the link among launched ranks: run under mpiexec -n P (P >= 2) or the "
                          "network lab")
-    link, latency, wire_cpu = ranks_link(ctx, args.repeat)
+    link, latency, cpu_per_byte = ranks_link(ctx, args.repeat)
     dist.barrier()
     rates = compute_rates(args.rows, args.repeat, ctx.local_size)  # every rank at once, as in training: they share the cores
     dist.barrier()
     rates["epoch_fixed_s"] = tiny_epoch(ctx)
-    rates["wire_cpu_s_per_byte"] = wire_cpu
+    rates["wire_cpu_s_per_byte"] = cpu_per_byte
     table = torch.zeros(ctx.world_size, len(rates), dtype=torch.float64)
     table[ctx.rank] = torch.tensor([rates[k] for k in sorted(rates)], dtype=torch.float64)
     dist.all_reduce(table)
