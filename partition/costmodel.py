@@ -184,7 +184,8 @@ def dense_seconds(rows: float, plan: Sequence[Layer], machine: Machine, sharing:
 def elementwise_seconds(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing: int) -> list[tuple]:
     """Per layer, one direction's elementwise passes at one core, as `rank_work` counts them: on its input (the
     first layer's with its halo rows) and on its output, a tensor that fits the rank's cache share at the
-    profile's cached rate (`Machine.elementwise_rate`)."""
+    profile's cached rate (`Machine.elementwise_rate`). The first layer's input pass runs forward only
+    (`input_passes`)."""
     inner, halo = float(part["inner"]), float(part["halo"])
     out = []
     for i, la in enumerate(plan):
@@ -200,6 +201,14 @@ def dense_flops(rows: float, layer: Layer, index: int) -> float:
     return 2.0 * rows * layer.d_in * layer.d_out * (2 + (index > 0))
 
 
+def input_passes(index: int) -> int:
+    """Elementwise passes over the `index`-th layer's input a step makes: its dropout forward and backward, but
+    the features' (the first layer's, with their halo rows) forward only, as they need no gradient (measured
+    with torch.profiler on R-MAT's 2-part default, whose elementwise passes it had priced at 0.72 s an epoch
+    where they took about 0.5 s: 43% of that part's input rows are halo rows)."""
+    return 1 if index == 0 else 2
+
+
 def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float]:
     """(sparse multiply-adds, dense flops, elementwise values) of one training step on one part."""
     inner, edges, halo = float(part["inner"]), float(part["edges"]), float(part["halo"])
@@ -207,8 +216,8 @@ def rank_work(part: Mapping, plan: Sequence[Layer]) -> tuple[float, float, float
     for i, layer in enumerate(plan):
         sparse += (edges + inner) * layer.width * (1 + layer.backward_sparse)
         dense += dense_flops(inner, layer, i)
-        # dropout (and ReLU) of the input, bias of the output, each forward and backward
-        elem += 2.0 * (inner + (halo if i == 0 else 0.0)) * layer.d_in + 2.0 * inner * layer.d_out
+        # dropout (and ReLU) of the input, bias of the output, each forward and backward (the features: forward)
+        elem += input_passes(i) * (inner + (halo if i == 0 else 0.0)) * layer.d_in + 2.0 * inner * layer.d_out
     return sparse, dense, elem
 
 
@@ -262,10 +271,10 @@ def rank_phases(part: Mapping, plan: Sequence[Layer], machine: Machine, sharing:
         la, (s, d, e_in, e_out) = plan[i], terms[i]
         s_b, d_b = s * la.backward_sparse, d * (1 + (i > 0))  # weight gradient, and the input's after layer 0
         if not la.exchanges:
-            cur += e_out + d_b + s_b + e_in
+            cur += e_out + d_b + s_b + e_in * (input_passes(i) - 1)
             continue
         meet(e_out + (1 - c) * s_b + (d_b if la.aggregate_first else 0.0), c * s_b, la.width)
-        cur = e_in + (0.0 if la.aggregate_first else d_b)
+        cur = e_in * (input_passes(i) - 1) + (0.0 if la.aggregate_first else d_b)
     out.append(Phase(cur, 0.0))  # the gradients' all-reduce (a few KB)
     sizes.append(0.0)
     if not peers:
@@ -341,7 +350,8 @@ def predict(parts: Sequence[Mapping], work: Workload, machine: Machine) -> Predi
     for k, part in enumerate(parts):
         s = sum(sparse_seconds(part, la, machine, per_host) * (1 + la.backward_sparse) for la in plan)
         d = dense_seconds(float(part["inner"]), plan, machine, per_host)
-        e = 2.0 * sum(e_in + e_out for e_in, e_out in elementwise_seconds(part, plan, machine, per_host))
+        e = sum(e_in * input_passes(i) + 2.0 * e_out
+                for i, (e_in, e_out) in enumerate(elementwise_seconds(part, plan, machine, per_host)))
         w = sum(la.exchanges * wire_cpu_seconds(part, la.width, machine, work.codec) for la in plan)  # the wire's CPU
         one_core.append(s + d + e + w + graph_only.step_s)
         phases = rank_phases(part, plan, graph_only, per_host, p - 1, work.overlap, fixed, threads * speed,
@@ -367,7 +377,7 @@ def node_seconds(in_degree: np.ndarray, work: Workload, machine: Machine) -> np.
     plan = layers(work)
     # a row's columns over the layers, each layer's counted at its width's speed
     sparse = sum(la.width * (1 + la.backward_sparse) / machine.width_speedup("sparse", la.width) for la in plan)
-    elem = sum(2.0 * (la.d_in + la.d_out) for la in plan)
+    elem = sum(input_passes(i) * la.d_in + 2.0 * la.d_out for i, la in enumerate(plan))
     per_row = dense_seconds(1.0, plan, machine) + elem / machine.elementwise_per_core + (
         sparse / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0)
     return (np.asarray(in_degree, dtype=np.float64) + 1.0) * sparse / machine.sparse_per_core + per_row

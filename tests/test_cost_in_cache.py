@@ -45,7 +45,7 @@ def test_a_small_parts_dense_and_elementwise_work_is_priced_at_the_cached_rates(
     last = MEASURED.width_speedup("dense", (128 * 16) ** 0.5, cached=True)  # 128 -> 16: between the mean and cached
     assert small.dense_s == pytest.approx((flops[0] + flops[1]) / MEASURED.dense_cached_per_core
                                           + flops[2] / (DEFAULT.dense_per_core * last))
-    values = sum(2.0 * rows * (la.d_in + la.d_out) for la in plan)
+    values = sum(rows * ((1 if i == 0 else 2) * la.d_in + 2.0 * la.d_out) for i, la in enumerate(plan))  # features: forward
     assert small.elementwise_s == pytest.approx(values / MEASURED.elementwise_cached_per_core)
     assert dense_seconds(rows, plan, MEASURED) == pytest.approx(  # a node's weight asks no cache: the wide rate
         (flops[0] + flops[1]) / MEASURED.dense_wide_per_core + flops[2] / (
@@ -67,8 +67,8 @@ def test_the_first_layers_halo_counts_in_its_inputs_size():
     got = predict([part(inner, halo)] * 2, WORK, MEASURED).ranks[0].elementwise_s
     plan = layers(WORK)
     cached, mean = MEASURED.elementwise_cached_per_core, MEASURED.elementwise_per_core
-    expect = 2.0 * ((inner + halo) * plan[0].d_in / mean + inner * plan[0].d_out / cached
-                    + sum(inner * (la.d_in + la.d_out) for la in plan[1:]) / cached)
+    expect = ((inner + halo) * plan[0].d_in / mean + 2.0 * inner * plan[0].d_out / cached  # features: forward only
+              + 2.0 * sum(inner * (la.d_in + la.d_out) for la in plan[1:]) / cached)
     assert got == pytest.approx(expect)
 
 

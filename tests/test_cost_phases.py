@@ -170,3 +170,12 @@ def test_the_bucket_refills_at_the_configured_rate():
     configured = dataclasses.replace(link, link_rate_bytes_per_s=1000.0)
     assert through_bucket([300.0, 0.0], [0.1, 0.0], configured) == pytest.approx([2.0, 0.0])
     assert through_bucket([300.0, 0.0], [0.1, 0.0], link) == pytest.approx([2.9, 0.0])
+
+
+def test_the_features_dropout_runs_forward_only():
+    """The input's features need no gradient: the first layer's dropout over them (inner and halo rows) is one
+    pass a step, every later layer's input and every output two (forward and backward)."""
+    part = {"inner": 1000, "central": 300, "halo": 200, "sent": 150, "edges": 9000}
+    plan = layers(Workload(features=64, classes=4, hidden=16, layers=2))
+    _, _, elem = rank_work(part, plan)
+    assert elem == (1000 + 200) * 64 + 2 * 1000 * 16 + 2 * 1000 * 16 + 2 * 1000 * 4

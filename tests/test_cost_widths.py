@@ -64,13 +64,13 @@ def test_the_phases_sum_to_the_ranks_work_at_the_wide_rates():
 
 
 def test_old_profiles_price_bit_for_bit_as_before_the_widths():
-    """The shipped profile (no wide rates) must give the default partition of before: the same floats."""
+    """The shipped profile (no wide rates) prices a node by the plain counts, with no width speedup: the same floats."""
     work = Workload(128, 40, 16, 2)  # arxiv's shape
     deg = np.arange(1, 2000)
     plan = layers(work)
     sparse = sum(la.width * (1 + la.backward_sparse) for la in plan)
     dense = sum(2.0 * la.d_in * la.d_out * (2 + (i > 0)) for i, la in enumerate(plan))
-    elem = sum(2.0 * (la.d_in + la.d_out) for la in plan)
+    elem = sum((1 + (i > 0)) * la.d_in + 2.0 * la.d_out for i, la in enumerate(plan))  # the features: forward
     before = (deg + 1.0) * sparse / DEFAULT.sparse_per_core + (dense / DEFAULT.dense_per_core
                                                                + elem / DEFAULT.elementwise_per_core)
     assert np.array_equal(node_seconds(deg, work, DEFAULT), before)
