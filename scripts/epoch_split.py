@@ -1,0 +1,121 @@
+"""Where a rank's epoch goes, beside where the cost model says it goes.
+
+    python scripts/epoch_split.py PARTITION --machine PROFILE [--ranks P] [--hidden 128] [--layers 3]
+
+Trains the partition twice under torch.profiler (`mpiexec -n P`, one rank a part), for 2 and for 6 epochs,
+and takes the difference over 4: one steady epoch's self CPU seconds per operator, with the start, the first
+epoch and the final evaluation cancelled out. Operators are summed in the model's three kinds: sparse
+(`HaloSpMM` forward and backward; its time holds the wait for the halo rows, small where the ranks are
+even), dense (the matrix products) and elementwise (dropout, ReLU, bias, sums); the rest is autograd's,
+the optimiser's and the exchange's own work. Work outside any torch operator (numba kernels called from
+Python, such as the halo rows' keyed dropout) is in no column: the logged compute (`rank_compute_s`, under
+the profiler) holds it. The model's figures are `partition.costmodel.predict`'s per
+rank, at one core, with the profile given (take it on this host: `gnn-dist profile-machine`).
+docs/benchmarks.md, "Where a rank's epoch goes".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EPOCHS = (2, 6)
+DENSE = ("aten::mm", "aten::addmm", "aten::bmm")
+ELEMENTWISE = ("aten::add", "aten::add_", "aten::clamp_min", "aten::relu", "aten::threshold_backward",
+               "aten::mul", "aten::mul_", "aten::sum")
+
+
+def kind(op: str) -> str:
+    """The cost model's kind of a profiler operator: sparse, dense, elementwise or other."""
+    if "SpMM" in op:
+        return "sparse"
+    if op in DENSE:
+        return "dense"
+    if "Dropout" in op or op in ELEMENTWISE:
+        return "elementwise"
+    return "other"
+
+
+def worker(out: str, argv: list[str]) -> None:
+    """One rank: `gnn-dist` under torch.profiler, its operators' self CPU seconds written to OUT.RANK.json."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from gnn_dist.cli.main import main
+
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        code = main(argv)
+    rank = os.environ.get("PMI_RANK", "0")
+    Path(f"{out}.{rank}.json").write_text(json.dumps({e.key: e.self_cpu_time_total / 1e6 for e in p.key_averages()}))
+    raise SystemExit(code)
+
+
+def per_epoch(folder: Path, ranks: int, hidden: int, layers: int) -> tuple[list[dict[str, float]], list[float]]:
+    """Each rank's steady epoch in seconds per kind (the 6-epoch run less the 2-epoch run, over 4), and its
+    logged compute (`rank_compute_s`, the median of the longer run's epochs after the first)."""
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    runs, logged = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for epochs in EPOCHS:
+            out = f"{tmp}/e{epochs}"
+            cmd = [str(mpiexec), "-n", str(ranks), sys.executable, __file__, "--worker", out, "train", "--partition",
+                   str(folder), "--hidden", str(hidden), "--layers", str(layers), "--epochs", str(epochs),
+                   "--eval-every", str(max(EPOCHS) + 1), "--progress", "none", "--quiet", "--log", f"{out}.jsonl"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"epoch_split: training failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+            runs.append([json.loads(Path(f"{out}.{r}.json").read_text()) for r in range(ranks)])
+        records = [json.loads(line) for line in Path(f"{out}.jsonl").read_text().splitlines()]
+        epochs = [r["rank_compute_s"] for r in records if "rank_compute_s" in r][1:]
+        logged = [statistics.median(e[r] for e in epochs) for r in range(ranks)]
+    span = EPOCHS[1] - EPOCHS[0]
+    split = []
+    for short, long in zip(*runs):
+        kinds = dict.fromkeys(("sparse", "dense", "elementwise", "other"), 0.0)
+        for op, seconds in long.items():
+            kinds[kind(op)] += (seconds - short.get(op, 0.0)) / span
+        split.append(kinds)
+    return split, logged
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], sys.argv[3:])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("partition", type=Path)
+    ap.add_argument("--machine", type=Path, required=True, help="the profile the model prices with")
+    ap.add_argument("--ranks", type=int, default=0, help="ranks (default: one a part)")
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=3)
+    a = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from partition.costmodel import Workload, predict
+    from partition.errors import GnnDistError
+    from partition.machine import load
+    from partition.part_counts import parts_from_meta
+    from partition.store import read_meta
+
+    try:
+        meta, machine = read_meta(str(a.partition)), load(str(a.machine))
+    except GnnDistError as e:
+        raise SystemExit(f"epoch_split: {e}") from None
+    model = predict(parts_from_meta(meta), Workload(meta["num_features"], meta["num_classes"], a.hidden, a.layers),
+                    machine).ranks
+    measured, logged = per_epoch(a.partition, a.ranks or meta["num_parts"], a.hidden, a.layers)
+    print(f"{a.partition.name}, GCN {a.layers} layers, hidden {a.hidden}: one epoch's seconds, measured (self CPU, "
+          f"torch.profiler) / modelled (one core, {machine.name})")
+    print("| rank | sparse | dense | elementwise | other (measured) | sum | logged compute |")
+    print("|---|---|---|---|---|---|---|")
+    for r, (m, p, c) in enumerate(zip(measured, model, logged)):
+        print(f"| {r} | {m['sparse']:.3f} / {p.sparse_s:.3f} | {m['dense']:.3f} / {p.dense_s:.3f} | "
+              f"{m['elementwise']:.3f} / {p.elementwise_s:.3f} | {m['other']:.3f} | {sum(m.values()):.3f} / "
+              f"{p.sparse_s + p.dense_s + p.elementwise_s:.3f} | {c:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
