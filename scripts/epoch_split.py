@@ -1,8 +1,9 @@
 """Where a rank's epoch goes, beside where the cost model says it goes.
 
-    python scripts/epoch_split.py PARTITION --machine PROFILE [--ranks P] [--hidden 128] [--layers 3]
+    python scripts/epoch_split.py PARTITION --machine PROFILE [--hidden 128] [--layers 3]
 
-Trains the partition twice under torch.profiler (`mpiexec -n P`, one rank a part), for 2 and for 6 epochs,
+Trains the partition twice under torch.profiler (`mpiexec -n P`, one rank a part, one thread a rank, as the
+model's figures are one core's), for 2 and for 6 epochs,
 and takes the difference over 4: one steady epoch's self CPU seconds per operator, with the start, the first
 epoch and the final evaluation cancelled out. Operators are summed in the model's three kinds: sparse
 (`HaloSpMM` forward and backward; its time holds the wait for the halo rows, small where the ranks are
@@ -26,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCHS = (2, 6)
+TIMEOUT_S = 1800  # one training run
 DENSE = ("aten::mm", "aten::addmm", "aten::bmm")
 ELEMENTWISE = ("aten::add", "aten::add_", "aten::clamp_min", "aten::relu", "aten::threshold_backward",
                "aten::mul", "aten::mul_", "aten::sum")
@@ -50,9 +52,16 @@ def worker(out: str, argv: list[str]) -> None:
 
     with profile(activities=[ProfilerActivity.CPU]) as p:
         code = main(argv)
-    rank = os.environ.get("PMI_RANK", "0")
+    rank = next((os.environ[k] for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "RANK") if k in os.environ), "0")
     Path(f"{out}.{rank}.json").write_text(json.dumps({e.key: e.self_cpu_time_total / 1e6 for e in p.key_averages()}))
     raise SystemExit(code)
+
+
+def failure(stderr: str) -> str:
+    """The line that says why a run failed: gnn-dist's own, not the profiler's notes printed after it."""
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip() and not ln.startswith("USDT:")]
+    ours = [ln for ln in lines if ln.startswith("gnn-dist") or ln.startswith("[gnn-dist]")]
+    return (ours or lines or ["no message"])[-1]
 
 
 def per_epoch(folder: Path, ranks: int, hidden: int, layers: int) -> tuple[list[dict[str, float]], list[float]]:
@@ -65,13 +74,17 @@ def per_epoch(folder: Path, ranks: int, hidden: int, layers: int) -> tuple[list[
             out = f"{tmp}/e{epochs}"
             cmd = [str(mpiexec), "-n", str(ranks), sys.executable, __file__, "--worker", out, "train", "--partition",
                    str(folder), "--hidden", str(hidden), "--layers", str(layers), "--epochs", str(epochs),
-                   "--eval-every", str(max(EPOCHS) + 1), "--progress", "none", "--quiet", "--log", f"{out}.jsonl"]
-            done = subprocess.run(cmd, capture_output=True, text=True)
+                   "--eval-every", str(max(EPOCHS) + 1), "--progress", "none", "--quiet", "--log", f"{out}.jsonl",
+                   "--threads", "1"]
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise SystemExit(f"epoch_split: training {epochs} epochs took over {TIMEOUT_S} s; stopped") from None
             if done.returncode:
-                raise SystemExit(f"epoch_split: training failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+                raise SystemExit(f"epoch_split: training failed: {failure(done.stderr)}")
             runs.append([json.loads(Path(f"{out}.{r}.json").read_text()) for r in range(ranks)])
         records = [json.loads(line) for line in Path(f"{out}.jsonl").read_text().splitlines()]
-        epochs = [r["rank_compute_s"] for r in records if "rank_compute_s" in r][1:]
+        epochs = [r["rank_compute_s"] for r in records if "rank_compute_s" in r][1:] or [[float("nan")] * ranks]
         logged = [statistics.median(e[r] for e in epochs) for r in range(ranks)]
     span = EPOCHS[1] - EPOCHS[0]
     split = []
@@ -89,10 +102,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("partition", type=Path)
     ap.add_argument("--machine", type=Path, required=True, help="the profile the model prices with")
-    ap.add_argument("--ranks", type=int, default=0, help="ranks (default: one a part)")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=3)
     a = ap.parse_args()
+    if a.hidden < 1 or a.layers < 1:
+        raise SystemExit(f"epoch_split: --hidden and --layers must be at least 1, got {a.hidden} and {a.layers}")
     sys.path.insert(0, str(ROOT))
     from partition.costmodel import Workload, predict
     from partition.errors import GnnDistError
@@ -102,11 +116,13 @@ def main() -> None:
 
     try:
         meta, machine = read_meta(str(a.partition)), load(str(a.machine))
+        work = Workload(meta["num_features"], meta["num_classes"], a.hidden, a.layers)
+        model = predict(parts_from_meta(meta), work, machine).ranks
     except GnnDistError as e:
         raise SystemExit(f"epoch_split: {e}") from None
-    model = predict(parts_from_meta(meta), Workload(meta["num_features"], meta["num_classes"], a.hidden, a.layers),
-                    machine).ranks
-    measured, logged = per_epoch(a.partition, a.ranks or meta["num_parts"], a.hidden, a.layers)
+    except KeyError as e:
+        raise SystemExit(f"epoch_split: {a.partition}/partition.json has no {e}: not a static partition") from None
+    measured, logged = per_epoch(a.partition, meta["num_parts"], a.hidden, a.layers)
     print(f"{a.partition.name}, GCN {a.layers} layers, hidden {a.hidden}: one epoch's seconds, measured (self CPU, "
           f"torch.profiler) / modelled (one core, {machine.name})")
     print("| rank | sparse | dense | elementwise | other (measured) | sum | logged compute |")
