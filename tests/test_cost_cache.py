@@ -1,5 +1,5 @@
 """The cost model's rows in cache: a part's reads of its most-read rows at the profile's hot rate, the rest at
-the random-column rate (partition.costmodel.sparse_seconds), and the profile fields that carry it."""
+the random-column rate (partition.step_work.sparse_seconds), and the profile fields that carry it."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,10 +10,11 @@ import pytest
 
 from gnn_dist.data import load_dataset
 from partition import assign_parts
-from partition.costmodel import Workload, hot_reads, layers, predict
+from partition.costmodel import predict
 from partition.errors import DataError, PartitionFormatError
 from partition.machine import DEFAULT, Machine, from_dict, load, save
 from partition.part_counts import part_counts, parts_from_meta, top_reads
+from partition.step_work import Workload, hot_reads, layers
 from partition.store import read_meta
 from tests.conftest import run_cli, run_mpi
 

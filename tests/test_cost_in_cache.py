@@ -9,9 +9,10 @@ import dataclasses
 
 import pytest
 
-from partition.costmodel import BYTES_PER_VALUE, Workload, dense_seconds, layers, predict, rank_phases
+from partition.costmodel import predict, rank_phases
 from partition.errors import DataError
 from partition.machine import DEFAULT, from_dict
+from partition.step_work import BYTES_PER_VALUE, Workload, dense_seconds, layers
 
 MB = 1 << 20
 MEASURED = dataclasses.replace(DEFAULT, cache_bytes=32.0 * MB, dense_wide_per_core=2 * DEFAULT.dense_per_core,

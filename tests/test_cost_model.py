@@ -392,7 +392,7 @@ def test_a_sparse_products_per_row_work_is_measured_and_priced():
     14 ns (34 cold), one edge 5 ns. The split gives back 1, 3 and 4 ns; a part of 4 edges a row (a grid's) is
     then priced at its 5 reads a row plus the row, where the folded-in rate would price its reads alone."""
     from gnn_dist.cli.core_rates import split_row_cost
-    from partition.costmodel import sparse_seconds
+    from partition.step_work import sparse_seconds
 
     cold, hot, row = split_row_cost(10 / 34e-9, 10 / 14e-9, 1 / 5e-9, 10)
     assert (cold, hot, row) == pytest.approx((1 / 3e-9, 1 / 1e-9, 1 / 4e-9))

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from partition.costmodel import Workload, layers, predict, rank_phases, rank_work, through_bucket
+from partition.costmodel import predict, rank_phases, through_bucket
 from partition.machine import Machine
 from partition.phases import Phase, epoch, shared_makespan
+from partition.step_work import Workload, layers, rank_work
 
 # sparse products at 1e9 edge-columns/s; dense and elementwise work too fast to count; no fixed cost, no latency
 SPARSE_ONLY = Machine(name="sparse-only", sparse_per_core=1e9, dense_per_core=1e15, elementwise_per_core=1e15,

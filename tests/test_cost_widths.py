@@ -10,8 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from partition.costmodel import Workload, layers, node_seconds, predict, rank_phases, sparse_seconds
+from partition.costmodel import node_seconds, predict, rank_phases
 from partition.machine import DEFAULT, from_dict
+from partition.step_work import Workload, layers, sparse_seconds
 
 WIDE = dataclasses.replace(DEFAULT, sparse_wide_per_core=4 * DEFAULT.sparse_per_core,
                            dense_wide_per_core=2 * DEFAULT.dense_per_core)
