@@ -77,7 +77,8 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
     two of its reads fit the rank's share of it (the last-level cache over the `sharing` ranks of a host):
     with a row's share of the reads f, 1 / f reads of row_bytes each, so the rows read at least
     reads x row_bytes / share times. Parts without `top_reads` (older partitions) read every row cold. A
-    profile with a per-row rate (`sparse_row_per_core`) adds each output row's own work, whatever its edges."""
+    profile with a per-row rate (`sparse_row_per_core`) adds each output row's own work, whatever its edges.
+    Each kind of read gains from the layer's width at its own measured ratio (`Machine.width_speedup`)."""
     reads = float(part["edges"]) + float(part["inner"])  # the operator's edges and the self loops
     top = part.get("top_reads")
     hot = 0.0
@@ -86,8 +87,9 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
         rows = int(part["inner"]) + int(part["halo"])  # what top_reads counted: every row the product reads
         hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share, rows))
     per_row = float(part["inner"]) / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0
-    seconds = (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core + per_row) * layer.width
-    return seconds / machine.width_speedup("sparse", layer.width)
+    from_cache = hot / machine.hot_rate / machine.width_speedup("sparse_hot", layer.width)
+    return (from_cache + ((reads - hot) / machine.sparse_per_core + per_row)
+            / machine.width_speedup("sparse", layer.width)) * layer.width
 
 
 def dense_speedup(layer: Layer, machine: Machine, rows: float = 0.0, sharing: int = 0) -> float:

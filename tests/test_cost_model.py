@@ -256,6 +256,7 @@ def test_profile_machine_writes_a_profile_the_model_reads(tmp_path):
     assert r.returncode == 0, r.stderr
     m = load(str(tmp_path / "m.json"))
     assert m.sparse_per_core > 0 and m.cores_per_host >= 1 and m.ranks_per_host == 0
+    assert (m.sparse_hot_wide_per_core > 0) == (m.cache_bytes > 0)  # reads from cache, 128 wide, where known
     assert f"wrote {tmp_path / 'm.json'}" in r.stdout
     # refused before measuring, in one line: a folder, a missing folder, a name the profile could not keep, huge rows
     for flags, needle in ((["--out", str(tmp_path)], "is a folder"),

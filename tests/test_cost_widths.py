@@ -49,11 +49,31 @@ def test_wide_layers_are_priced_at_the_wide_rates_and_narrow_ones_as_before():
     assert (node_seconds(deg, Workload(128, 16, 128, 3), WIDE) < node_seconds(deg, Workload(128, 16, 128, 3), DEFAULT)).all()
 
 
+def test_reads_from_cache_gain_from_width_at_their_own_ratio():
+    """A part whose every row stays in cache (10,000 rows read 9 times each, 128 wide: 5 MB) reads at the hot
+    rate; wide, at the hot wide rate where the profile measured one, else at the cold reads' ratio."""
+    part = {"inner": 10_000, "central": 10_000, "halo": 0, "edges": 80_000, "sent": 0,
+            "top_reads": [9 * min(1 << j, 10_000) for j in range(15)]}
+    hot = dataclasses.replace(WIDE, sparse_hot_wide_per_core=6 * DEFAULT.hot_rate)
+    hidden = layers(Workload(128, 16, 128, 3))[1]
+    assert sparse_seconds(part, hidden, WIDE) == pytest.approx(90_000 * 128 / DEFAULT.hot_rate / 4)
+    assert sparse_seconds(part, hidden, hot) == pytest.approx(90_000 * 128 / DEFAULT.hot_rate / 6)
+    assert hot.width_speedup("sparse_hot", 45.25) == pytest.approx(6.0 ** (math.log(45.25 / 16) / math.log(8)))
+    assert hot.width_speedup("sparse", 128) == pytest.approx(4.0)  # reads from memory keep their own
+    cold = {k: v for k, v in part.items() if k != "top_reads"}  # every read from memory: the hot rate plays no part
+    assert sparse_seconds(cold, hidden, hot) == sparse_seconds(cold, hidden, WIDE)
+    narrow = layers(Workload(16, 8, 16, 2))[0]
+    assert sparse_seconds(part, narrow, hot) == sparse_seconds(part, narrow, DEFAULT)
+    assert "(0.00 from cache)" not in hot.describe() and "from cache)" in hot.describe()
+
+
 def test_profiles_carry_the_wide_rates_and_older_ones_load_without():
     data = dataclasses.asdict(WIDE)
     assert from_dict(data, "m.json") == WIDE and "128 wide: sparse" in WIDE.describe()
-    old = {k: v for k, v in data.items() if k not in ("sparse_wide_per_core", "dense_wide_per_core")}
+    old = {k: v for k, v in data.items() if k not in ("sparse_wide_per_core", "dense_wide_per_core",
+                                                       "sparse_hot_wide_per_core")}
     assert from_dict(old, "old.json").width_speedup("dense", 128) == 1.0
+    assert from_dict(old, "old.json").sparse_hot_wide_per_core == 0.0
 
 
 def test_the_phases_sum_to_the_ranks_work_at_the_wide_rates():

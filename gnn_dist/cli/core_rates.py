@@ -102,6 +102,7 @@ def compute_rates(rows: int, repeat: int, sharing: int = 1) -> dict:
     return {"sparse_per_core": cold_rate, "sparse_hot_per_core": hot_rate, "cache_bytes": float(cache),
             "sparse_row_per_core": row_rate,
             "sparse_wide_per_core": cold_rate * sparse[wide] / _harmonic(sparse), "dense_wide_per_core": dense[wide],
+            **({"sparse_hot_wide_per_core": hot_rate * hot[wide] / _harmonic(hot)} if cache else {}),
             "dense_per_core": _harmonic(dense), "elementwise_per_core": _harmonic(elem), "step_s": step_seconds(repeat),
             **in_cache}
 
