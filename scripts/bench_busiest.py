@@ -4,7 +4,7 @@ on emulated hosts"). Needs root (scripts/netlab.py).
 
     python scripts/bench_busiest.py run [--hosts 4x0.45,2x0.45,8x0.22,4x0.22,2x0.22] [--rates 1gbit,none]
                                         [--graphs rmat,sbm,grid] [--compare 4x0.45,8x0.22] [--repeat 3]
-    python scripts/bench_busiest.py table [--repredict]
+    python scripts/bench_busiest.py table [--repredict [--profiles DIR]]
     python scripts/bench_busiest.py reprofile --hosts ... --rates ...
     python scripts/bench_busiest.py --results FILE try --lab 4x0.45 --rate 1gbit --graph rmat \
         --partition DIR=default --partition DIR=nodes
@@ -151,8 +151,9 @@ def reprofile(a: argparse.Namespace) -> None:
         lab.close()
 
 
-def repredict(row: dict, work: Path, widths: bool = True) -> float:
-    """The current cost model's epoch for a measured row: its partition, its lab's profile (as now on disk);
+def repredict(row: dict, work: Path, widths: bool = True, profiles: Path | None = None) -> float:
+    """The current cost model's epoch for a measured row: its partition, its lab's profile (as now on disk, in
+    `profiles` where given);
     `widths=False`: every layer at the profile's mean rates, as the model priced them before the wide rates
     (and before the in-cache ones)."""
     import dataclasses
@@ -164,9 +165,9 @@ def repredict(row: dict, work: Path, widths: bool = True) -> float:
 
     folder = row.get("folder") or part_dir(work, row["graph"], row["P"], row["cores"], row["rate"], row["partition"])
     meta = read_meta(str(folder))
-    machine = load(str(profile_path(work, row["P"], row["cores"], row["rate"])))
+    machine = load(str(profile_path(profiles or work, row["P"], row["cores"], row["rate"])))
     if not widths:
-        machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0,
+        machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0, sparse_hot_wide_per_core=0.0,
                                       dense_cached_per_core=0.0, elementwise_cached_per_core=0.0)
     work_ = Workload(meta["num_features"], meta["num_classes"], 128, 3)
     return predict(with_halo_edges(parts_from_meta(meta), Path(folder), meta), work_, machine).epoch_s
@@ -193,12 +194,15 @@ _HALO_EDGES: dict[tuple[Path, int], int] = {}
 def table(a: argparse.Namespace) -> None:
     """The validation table (default partitions: predicted beside measured) and the comparison table."""
     rows = [r for r in bc.Results(a.results).rows if r.get("kind") == "busiest"]
+    if a.profiles and not a.profiles.is_dir():
+        raise SystemExit(f"bench_busiest: --profiles {a.profiles}: no such folder")
     if a.repredict:
         sys.path.insert(0, str(ROOT))
         from partition.errors import GnnDistError
 
         try:
-            rows = [dict(r, predicted_s=repredict(r, a.work), before_s=repredict(r, a.work, widths=False)) for r in rows]
+            rows = [dict(r, predicted_s=repredict(r, a.work, profiles=a.profiles),
+                         before_s=repredict(r, a.work, widths=False, profiles=a.profiles)) for r in rows]
         except GnnDistError as e:  # a row's partition folder or profile gone or edited
             raise SystemExit(f"bench_busiest: cannot price a row again: {e}") from None
     groups: dict[tuple, list[dict]] = {}
@@ -260,6 +264,8 @@ def main() -> None:
     t = sub.add_parser("table", help="the markdown tables, medians over repeats")
     t.add_argument("--repredict", action="store_true",
                    help="price each row with the current cost model (its partition and its lab's profile in --work)")
+    t.add_argument("--profiles", type=Path, default=None,
+                   help="with --repredict: the labs' profiles from this folder instead (a set measured again)")
     rp = sub.add_parser("reprofile", help="measure the labs' profiles anew (root)")
     rp.add_argument("--hosts", type=hosts_list, required=True)
     rp.add_argument("--rates", type=lambda x: x.split(","), required=True)
