@@ -37,7 +37,7 @@ def test_tables_take_medians_over_repeats(tmp_path, capsys):
             row("nodes", 0, 4.0, 3.0, [2.0, 1.0, 0.5, 0.5]), row("nodes", 1, 4.4, 3.0, [2.0, 1.0, 0.5, 0.5])]
     results = tmp_path / "r.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    bench_busiest.table(SimpleNamespace(results=results, repredict=False))
+    bench_busiest.table(SimpleNamespace(results=results, repredict=False, profiles=None))
     out = capsys.readouterr().out
     # the default's median epoch 2.2, predicted 2.1 (0.95x), busiest over mean: median of 1.0, 1.2, 2.0
     assert "| `rmat` | 4 x 0.45 core | 1gbit | 3 | 2.200 | 2.000-9.000 | 2.100 | 0.95 | 1.20 |" in out
@@ -45,6 +45,8 @@ def test_tables_take_medians_over_repeats(tmp_path, capsys):
     # against --balance nodes (median 4.2): 2.2 / 4.2
     assert "| `rmat` | 4 x 0.45 core | 1gbit | default | 3 | 2.200 | 2.000-9.000 | 0.52 | 1.20 |" in out
     assert "| `rmat` | 4 x 0.45 core | 1gbit | nodes | 2 | 4.200 | 4.000-4.400 | 1.00 | 2.00 |" in out
+    with pytest.raises(SystemExit, match="--profiles .*no such folder"):  # a set of profiles that is not there
+        bench_busiest.table(SimpleNamespace(results=results, repredict=True, profiles=tmp_path / "gone"))
 
 
 def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_path):
@@ -67,3 +69,16 @@ def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_pat
     old = parts_from_meta(read_meta(out))
     assert [p["halo_edges"] for p in old] == [None] * 3
     assert bench_busiest.with_halo_edges(old, out) == kept
+    # priced with the lab's profile in the work folder, or with the one of the same lab in --profiles' folder
+    import dataclasses
+
+    from partition.machine import DEFAULT, save
+
+    (tmp_path / "again").mkdir()
+    save(DEFAULT, str(tmp_path / "machine-3x0.45-1gbit.json"))
+    save(dataclasses.replace(DEFAULT, sparse_per_core=DEFAULT.sparse_per_core / 100, dense_per_core=DEFAULT.dense_per_core / 100,
+                             elementwise_per_core=DEFAULT.elementwise_per_core / 100),
+         str(tmp_path / "again" / "machine-3x0.45-1gbit.json"))
+    row = {"graph": "rmat", "P": 3, "cores": 0.45, "rate": "1gbit", "partition": "nodes", "folder": str(out)}
+    first, again = bench_busiest.repredict(row, tmp_path), bench_busiest.repredict(row, tmp_path, profiles=tmp_path / "again")
+    assert again > 2 * first  # its cores 100x slower: a graph this small still pays the latency
