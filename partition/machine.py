@@ -56,8 +56,8 @@ class Machine:
     sparse_wide_per_core: float = 0.0
     dense_wide_per_core: float = 0.0
     # the sparse product from cache WIDE columns wide: a row in cache gains more from width than one from memory
-    # (this box: 3.0x its narrow mean against 2.4x, `core_rates.compute_rates`), and a power-law part reads its
-    # hubs there; 0: not measured, and reads from cache speed up with width as those from memory do
+    # (the lab's hosts: 1.65-2.68x its narrow mean against 1.38-1.71x, `core_rates.compute_rates`), and a
+    # power-law part reads its hubs there; 0: not measured, and reads from cache speed up as those from memory
     sparse_hot_wide_per_core: float = 0.0
     # the WIDE kernels again on operands that fit the cache: a WIDE x WIDE dense product's flops and an elementwise
     # pass's values per second, on a rank's part small enough that a WIDE-wide layer stays in its cache share (here
@@ -84,16 +84,16 @@ class Machine:
         return self.elementwise_per_core
 
     def width_speedup(self, kernel: str, width: float, cached: bool = False) -> float:
-        """How much faster than its profile rate a `kernel` ("sparse" or "dense") runs `width` columns wide
+        """How much faster than its profile rate a `kernel` ("sparse", "sparse_hot", "dense") runs `width` columns wide
         (a dense product: the geometric mean of its two widths): 1 up to NARROW, the measured wide rate's
         ratio from WIDE on, log-linear between (no extrapolation past either). The means stand for NARROW: the
         profile's narrow products dominate them (a harmonic mean). "sparse_hot": a sparse product's reads from
-        cache, at their own wide rate where measured (else as "sparse"); its per-row work takes the ratio of
-        its reads from memory. `cached`: a dense product whose operands fit the
+        cache, at their own wide rate where measured with their own narrow rate (else as "sparse": reads from
+        memory). `cached`: a dense product whose operands fit the
         cache, towards the cached wide rate instead (where measured)."""
         if kernel not in ("sparse", "sparse_hot", "dense"):
             raise ValueError(f"width_speedup: kernel must be 'sparse', 'sparse_hot' or 'dense', got {kernel!r}")
-        if kernel == "sparse_hot" and not self.sparse_hot_wide_per_core:
+        if kernel == "sparse_hot" and not (self.sparse_hot_wide_per_core and self.sparse_hot_per_core):
             kernel = "sparse"  # not measured: reads from cache gain from width as reads from memory do
         base, wide = {"sparse": (self.sparse_per_core, self.sparse_wide_per_core),
                       "sparse_hot": (self.hot_rate, self.sparse_hot_wide_per_core),
@@ -118,7 +118,8 @@ class Machine:
                 + (f"; sparse rows {self.sparse_row_per_core / 1e9:.2f} G row-columns/s" if self.sparse_row_per_core else "")
                 + (f"; {WIDE} wide: sparse {self.sparse_wide_per_core / 1e9:.2f} G edge-columns/s"
                    if self.sparse_wide_per_core else "")
-                + (f" ({self.sparse_hot_wide_per_core / 1e9:.2f} from cache)" if self.sparse_hot_wide_per_core else "")
+                + (f"; {WIDE} wide from cache: sparse {self.sparse_hot_wide_per_core / 1e9:.2f} G edge-columns/s"
+                   if self.sparse_hot_wide_per_core else "")
                 + (f"; {WIDE} wide: dense {self.dense_wide_per_core / 1e9:.1f} GFLOP/s" if self.dense_wide_per_core else "")
                 + (f"; in cache: dense {self.dense_cached_per_core / 1e9:.1f} GFLOP/s" if self.dense_cached_per_core else "")
                 + (f"; in cache: elementwise {self.elementwise_cached_per_core / 1e9:.2f} G values/s"

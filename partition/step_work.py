@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from partition.machine import Machine
+from partition.machine import WIDE, Machine
 
 BYTES_PER_VALUE = 4  # fp32 rows in memory (what a sparse product reads)
 
@@ -78,7 +78,8 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
     with a row's share of the reads f, 1 / f reads of row_bytes each, so the rows read at least
     reads x row_bytes / share times. Parts without `top_reads` (older partitions) read every row cold. A
     profile with a per-row rate (`sparse_row_per_core`) adds each output row's own work, whatever its edges.
-    Each kind of read gains from the layer's width at its own measured ratio (`Machine.width_speedup`)."""
+    Each kind of read gains from the layer's width at its own measured ratio (`Machine.width_speedup`); the
+    per-row work takes the ratio of reads from memory, as before (its width ratio is not measured apart)."""
     reads = float(part["edges"]) + float(part["inner"])  # the operator's edges and the self loops
     top = part.get("top_reads")
     hot = 0.0
@@ -87,9 +88,11 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
         rows = int(part["inner"]) + int(part["halo"])  # what top_reads counted: every row the product reads
         hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share, rows))
     per_row = float(part["inner"]) / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0
+    speedup = machine.width_speedup("sparse", layer.width)
+    if machine.width_speedup("sparse_hot", WIDE) == machine.width_speedup("sparse", WIDE):  # one ratio: as before
+        return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core + per_row) * layer.width / speedup
     from_cache = hot / machine.hot_rate / machine.width_speedup("sparse_hot", layer.width)
-    return (from_cache + ((reads - hot) / machine.sparse_per_core + per_row)
-            / machine.width_speedup("sparse", layer.width)) * layer.width
+    return (from_cache + ((reads - hot) / machine.sparse_per_core + per_row) / speedup) * layer.width
 
 
 def dense_speedup(layer: Layer, machine: Machine, rows: float = 0.0, sharing: int = 0) -> float:

@@ -4,7 +4,7 @@ on emulated hosts"). Needs root (scripts/netlab.py).
 
     python scripts/bench_busiest.py run [--hosts 4x0.45,2x0.45,8x0.22,4x0.22,2x0.22] [--rates 1gbit,none]
                                         [--graphs rmat,sbm,grid] [--compare 4x0.45,8x0.22] [--repeat 3]
-    python scripts/bench_busiest.py table [--repredict [--profiles DIR]]
+    python scripts/bench_busiest.py table [--repredict [--profiles DIR] [--zero FIELD]]
     python scripts/bench_busiest.py reprofile --hosts ... --rates ...
     python scripts/bench_busiest.py --results FILE try --lab 4x0.45 --rate 1gbit --graph rmat \
         --partition DIR=default --partition DIR=nodes
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,20 +141,24 @@ def run(a: argparse.Namespace) -> None:
 
 def reprofile(a: argparse.Namespace) -> None:
     """Measure each lab's profile anew (a profile taken before the model learnt a field; `table --repredict`
-    then prices the rows already measured with it)."""
+    then prices the rows already measured with it), into `--into` where given, keeping the profiles the rows
+    ran with (`table --repredict --profiles DIR` prices with the new set)."""
+    into = a.into or a.work
+    into.mkdir(parents=True, exist_ok=True)
     lab = bc.Lab()
     try:
         for p, cores in a.hosts:
             for rate in a.rates:
                 lab.use(p, rate, cores)
-                profile(a.work, p, cores, rate, again=True)
+                profile(into, p, cores, rate, again=True)
     finally:
         lab.close()
 
 
-def repredict(row: dict, work: Path, widths: bool = True, profiles: Path | None = None) -> float:
+def repredict(row: dict, work: Path, widths: bool = True, profiles: Path | None = None,
+              zero: Sequence[str] = ()) -> float:
     """The current cost model's epoch for a measured row: its partition, its lab's profile (as now on disk, in
-    `profiles` where given);
+    `profiles` where given; the optional fields in `zero` as not measured, to see what one of them moves);
     `widths=False`: every layer at the profile's mean rates, as the model priced them before the wide rates
     (and before the in-cache ones)."""
     import dataclasses
@@ -166,6 +171,7 @@ def repredict(row: dict, work: Path, widths: bool = True, profiles: Path | None 
     folder = row.get("folder") or part_dir(work, row["graph"], row["P"], row["cores"], row["rate"], row["partition"])
     meta = read_meta(str(folder))
     machine = load(str(profile_path(profiles or work, row["P"], row["cores"], row["rate"])))
+    machine = dataclasses.replace(machine, **dict.fromkeys(zero, 0.0))
     if not widths:
         machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0, sparse_hot_wide_per_core=0.0,
                                       dense_cached_per_core=0.0, elementwise_cached_per_core=0.0)
@@ -194,15 +200,23 @@ _HALO_EDGES: dict[tuple[Path, int], int] = {}
 def table(a: argparse.Namespace) -> None:
     """The validation table (default partitions: predicted beside measured) and the comparison table."""
     rows = [r for r in bc.Results(a.results).rows if r.get("kind") == "busiest"]
+    if (a.profiles or getattr(a, "zero", None)) and not a.repredict:
+        raise SystemExit("bench_busiest: --profiles and --zero price the rows again: give --repredict too")
     if a.profiles and not a.profiles.is_dir():
-        raise SystemExit(f"bench_busiest: --profiles {a.profiles}: no such folder")
+        raise SystemExit(f"bench_busiest: --profiles {a.profiles}: not a folder")
+    zero = getattr(a, "zero", None) or []
+    sys.path.insert(0, str(ROOT))
+    from partition.machine import OPTIONAL
+
+    if bad := [f for f in zero if f not in OPTIONAL]:
+        raise SystemExit(f"bench_busiest: --zero {bad[0]}: not an optional profile field ({', '.join(OPTIONAL)})")
     if a.repredict:
         sys.path.insert(0, str(ROOT))
         from partition.errors import GnnDistError
 
         try:
-            rows = [dict(r, predicted_s=repredict(r, a.work, profiles=a.profiles),
-                         before_s=repredict(r, a.work, widths=False, profiles=a.profiles)) for r in rows]
+            rows = [dict(r, predicted_s=repredict(r, a.work, profiles=a.profiles, zero=zero),
+                         before_s=repredict(r, a.work, widths=False, profiles=a.profiles, zero=zero)) for r in rows]
         except GnnDistError as e:  # a row's partition folder or profile gone or edited
             raise SystemExit(f"bench_busiest: cannot price a row again: {e}") from None
     groups: dict[tuple, list[dict]] = {}
@@ -266,9 +280,12 @@ def main() -> None:
                    help="price each row with the current cost model (its partition and its lab's profile in --work)")
     t.add_argument("--profiles", type=Path, default=None,
                    help="with --repredict: the labs' profiles from this folder instead (a set measured again)")
+    t.add_argument("--zero", action="append", default=[], metavar="FIELD",
+                   help="with --repredict: price as if the profiles had not measured FIELD (repeat the flag)")
     rp = sub.add_parser("reprofile", help="measure the labs' profiles anew (root)")
     rp.add_argument("--hosts", type=hosts_list, required=True)
     rp.add_argument("--rates", type=lambda x: x.split(","), required=True)
+    rp.add_argument("--into", type=Path, default=None, help="write the profiles here (default: --work, replacing)")
     tr = sub.add_parser("try", help="train partition folders already made on one lab, taking turns (root)")
     tr.add_argument("--lab", type=hosts_list, required=True, help="PxC: one lab")
     tr.add_argument("--rate", required=True, help="its links' rate (none: unshaped)")

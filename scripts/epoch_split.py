@@ -15,7 +15,7 @@ rank, at one core, with the profile given (take it on this host: `gnn-dist profi
 With `--lab` the ranks run one a host of the network lab now up (`scripts/netlab.py up ...`, as root), and the
 model's figures are at the host's cores (a host of 0.22 core runs a one-core second in 4.5 s of wall time, which
 is what the profiler counts there); give the profile measured in that lab. There the profiler's own work
-counts against the host's quota: R-MAT's 2-part ranks at 0.22 core logged 1.3-1.6x the compute of the same
+counts against the host's quota: R-MAT's 2-part ranks at 0.22 core logged 1.3-1.7x the compute of the same
 run without it, so read the columns as shares, not seconds (docs/benchmarks.md).
 docs/benchmarks.md, "Where a rank's epoch goes".
 """
@@ -70,16 +70,29 @@ def failure(stderr: str) -> str:
     return (ours or lines or ["no message"])[-1]
 
 
+def lab_state(ranks: int, cores: float) -> None:
+    """Refuse, in one line, a lab that is not up, not of `ranks` hosts, or of hosts of other cores than the
+    profile's (the model's figures would be at the wrong speed)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import netlab
+
+    if not netlab.STATE.exists():
+        raise SystemExit("epoch_split: --lab needs the network lab up (scripts/netlab.py up ..., as root)")
+    state = netlab.load_state()
+    if state.get("hosts") != ranks:
+        raise SystemExit(f"epoch_split: --lab needs a lab of {ranks} hosts up, one a part; it has {state.get('hosts')}")
+    if state.get("cores") is not None and abs(float(state["cores"]) - cores) > 1e-9:
+        raise SystemExit(f"epoch_split: the profile is of hosts of {cores:g} core, the lab's have {state['cores']:g}")
+
+
 def launch(cmd: list[str], ranks: int, lab: bool, epochs: int) -> None:
     """`cmd` as `ranks` ranks: under mpiexec on this box, or one a host of the network lab now up."""
     if lab:
-        sys.path.insert(0, str(ROOT / "scripts"))
-        import netlab
+        import netlab  # on the path since lab_state
 
-        if netlab.load_state().get("hosts") != ranks:
-            raise SystemExit(f"epoch_split: --lab needs a lab of {ranks} hosts up, one a part "
-                             f"(scripts/netlab.py up --hosts {ranks} ...)")
         codes = netlab.launch(cmd, timeout=TIMEOUT_S)[0]
+        if 124 in codes:
+            raise SystemExit(f"epoch_split: training {epochs} epochs on the lab took over {TIMEOUT_S} s; stopped")
         if any(codes):
             raise SystemExit(f"epoch_split: training {epochs} epochs on the lab failed: exit codes {codes}")
         return
@@ -146,11 +159,13 @@ def main() -> None:
         raise SystemExit(f"epoch_split: {e}") from None
     except KeyError as e:
         raise SystemExit(f"epoch_split: {a.partition}/partition.json has no {e}: not a static partition") from None
+    if a.lab:
+        lab_state(meta["num_parts"], machine.cores_per_host)
     measured, logged = per_epoch(a.partition, meta["num_parts"], a.hidden, a.layers, a.lab)
     speed = min(1.0, machine.cores_per_host) if a.lab else 1.0  # the one-core figures at the lab host's cores
     model = [dataclasses.replace(r, sparse_s=r.sparse_s / speed, dense_s=r.dense_s / speed,
                                  elementwise_s=r.elementwise_s / speed) for r in model]
-    where = f"a host of {machine.cores_per_host:g} core" if a.lab else "one core"
+    where = f"hosts of {machine.cores_per_host:g} core each" if a.lab else "one core"
     print(f"{a.partition.name}, GCN {a.layers} layers, hidden {a.hidden}: one epoch's seconds, measured (self CPU, "
           f"torch.profiler) / modelled ({where}, {machine.name})")
     print("| rank | sparse | dense | elementwise | other (measured) | sum | logged compute |")

@@ -45,8 +45,12 @@ def test_tables_take_medians_over_repeats(tmp_path, capsys):
     # against --balance nodes (median 4.2): 2.2 / 4.2
     assert "| `rmat` | 4 x 0.45 core | 1gbit | default | 3 | 2.200 | 2.000-9.000 | 0.52 | 1.20 |" in out
     assert "| `rmat` | 4 x 0.45 core | 1gbit | nodes | 2 | 4.200 | 4.000-4.400 | 1.00 | 2.00 |" in out
-    with pytest.raises(SystemExit, match="--profiles .*no such folder"):  # a set of profiles that is not there
+    with pytest.raises(SystemExit, match="--profiles .*not a folder"):  # a set of profiles that is not there
         bench_busiest.table(SimpleNamespace(results=results, repredict=True, profiles=tmp_path / "gone"))
+    with pytest.raises(SystemExit, match="give --repredict"):  # the logged predictions would ignore them
+        bench_busiest.table(SimpleNamespace(results=results, repredict=False, profiles=tmp_path))
+    with pytest.raises(SystemExit, match="--zero sparse_per_cor: not an optional profile field"):
+        bench_busiest.table(SimpleNamespace(results=results, repredict=True, profiles=None, zero=["sparse_per_cor"]))
 
 
 def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_path):
@@ -82,3 +86,7 @@ def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_pat
     row = {"graph": "rmat", "P": 3, "cores": 0.45, "rate": "1gbit", "partition": "nodes", "folder": str(out)}
     first, again = bench_busiest.repredict(row, tmp_path), bench_busiest.repredict(row, tmp_path, profiles=tmp_path / "again")
     assert again > 2 * first  # its cores 100x slower: a graph this small still pays the latency
+    # a field set to 0 prices as a profile that never measured it
+    faster = dataclasses.replace(DEFAULT, sparse_wide_per_core=4 * DEFAULT.sparse_per_core)
+    save(faster, str(tmp_path / "machine-3x0.45-1gbit.json"))
+    assert bench_busiest.repredict(row, tmp_path, zero=["sparse_wide_per_core"]) == first

@@ -251,22 +251,6 @@ def test_balance_nodes_is_the_node_balanced_partition(tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_machine_writes_a_profile_the_model_reads(tmp_path):
-    r = run_cli("profile-machine", "--out", str(tmp_path / "m.json"), "--rows", "2000", "--repeat", "1")
-    assert r.returncode == 0, r.stderr
-    m = load(str(tmp_path / "m.json"))
-    assert m.sparse_per_core > 0 and m.cores_per_host >= 1 and m.ranks_per_host == 0
-    assert (m.sparse_hot_wide_per_core > 0) == (m.cache_bytes > 0)  # reads from cache, 128 wide, where known
-    assert f"wrote {tmp_path / 'm.json'}" in r.stdout
-    # refused before measuring, in one line: a folder, a missing folder, a name the profile could not keep, huge rows
-    for flags, needle in ((["--out", str(tmp_path)], "is a folder"),
-                          (["--out", str(tmp_path / "no" / "m.json")], "does not exist"),
-                          (["--out", str(tmp_path / "n.json"), "--name", "a\nb"], "--name"),
-                          (["--out", str(tmp_path / "n.json"), "--rows", str(10 ** 10)], "--rows")):
-        one_error_line(run_cli("profile-machine", *flags), needle)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # nothing else written, no .tmp left
-
-
 @pytest.mark.slow
 def test_every_rank_logs_compute_and_wait_and_info_sets_them_beside_the_prediction(tmp_path):
     part = tmp_path / "p"

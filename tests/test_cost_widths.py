@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from partition.costmodel import node_seconds, predict, rank_phases
-from partition.machine import DEFAULT, from_dict
+from partition.machine import DEFAULT, from_dict, load
 from partition.step_work import Workload, layers, sparse_seconds
+from tests.conftest import one_error_line, run_cli
 
 WIDE = dataclasses.replace(DEFAULT, sparse_wide_per_core=4 * DEFAULT.sparse_per_core,
                            dense_wide_per_core=2 * DEFAULT.dense_per_core)
@@ -64,7 +65,10 @@ def test_reads_from_cache_gain_from_width_at_their_own_ratio():
     assert sparse_seconds(cold, hidden, hot) == sparse_seconds(cold, hidden, WIDE)
     narrow = layers(Workload(16, 8, 16, 2))[0]
     assert sparse_seconds(part, narrow, hot) == sparse_seconds(part, narrow, DEFAULT)
-    assert "(0.00 from cache)" not in hot.describe() and "from cache)" in hot.describe()
+    assert "128 wide from cache: sparse 25.74 G edge-columns/s" in hot.describe()
+    # a hand-written profile with the wide rate from cache but no narrow one: nothing to take a ratio of
+    lone = dataclasses.replace(hot, sparse_hot_per_core=0.0)
+    assert lone.width_speedup("sparse_hot", 128) == lone.width_speedup("sparse", 128) == pytest.approx(4.0)
 
 
 def test_profiles_carry_the_wide_rates_and_older_ones_load_without():
@@ -97,3 +101,19 @@ def test_old_profiles_price_bit_for_bit_as_before_the_widths():
     assert np.array_equal(node_seconds(deg, work, DEFAULT), before)
     with pytest.raises(ValueError, match="kernel"):
         DEFAULT.width_speedup("sprase", 128)
+
+
+def test_profile_machine_writes_a_profile_the_model_reads(tmp_path):
+    r = run_cli("profile-machine", "--out", str(tmp_path / "m.json"), "--rows", "2000", "--repeat", "1")
+    assert r.returncode == 0, r.stderr
+    m = load(str(tmp_path / "m.json"))
+    assert m.sparse_per_core > 0 and m.cores_per_host >= 1 and m.ranks_per_host == 0
+    assert (m.sparse_hot_wide_per_core > 0) == (m.cache_bytes > 0)  # reads from cache, 128 wide, where known
+    assert f"wrote {tmp_path / 'm.json'}" in r.stdout
+    # refused before measuring, in one line: a folder, a missing folder, a name the profile could not keep, huge rows
+    for flags, needle in ((["--out", str(tmp_path)], "is a folder"),
+                          (["--out", str(tmp_path / "no" / "m.json")], "does not exist"),
+                          (["--out", str(tmp_path / "n.json"), "--name", "a\nb"], "--name"),
+                          (["--out", str(tmp_path / "n.json"), "--rows", str(10 ** 10)], "--rows")):
+        one_error_line(run_cli("profile-machine", *flags), needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # nothing else written, no .tmp left
