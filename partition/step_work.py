@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from partition.machine import WIDE, Machine
+from partition.machine import Machine
 
 BYTES_PER_VALUE = 4  # fp32 rows in memory (what a sparse product reads)
 
@@ -88,11 +88,11 @@ def sparse_seconds(part: Mapping, layer: Layer, machine: Machine, sharing: int =
         rows = int(part["inner"]) + int(part["halo"])  # what top_reads counted: every row the product reads
         hot = min(reads, hot_reads(top, reads * layer.width * BYTES_PER_VALUE / share, rows))
     per_row = float(part["inner"]) / machine.sparse_row_per_core if machine.sparse_row_per_core else 0.0
-    speedup = machine.width_speedup("sparse", layer.width)
-    if machine.width_speedup("sparse_hot", WIDE) == machine.width_speedup("sparse", WIDE):  # one ratio: as before
-        return (hot / machine.hot_rate + (reads - hot) / machine.sparse_per_core + per_row) * layer.width / speedup
-    from_cache = hot / machine.hot_rate / machine.width_speedup("sparse_hot", layer.width)
-    return (from_cache + ((reads - hot) / machine.sparse_per_core + per_row) / speedup) * layer.width
+    speedup, hot_speedup = machine.width_speedup("sparse", layer.width), machine.width_speedup("sparse_hot", layer.width)
+    rest = (reads - hot) / machine.sparse_per_core + per_row
+    if hot_speedup == speedup:  # one ratio (a profile without the hot wide rate): the same floats as before it
+        return (hot / machine.hot_rate + rest) * layer.width / speedup
+    return (hot / machine.hot_rate / hot_speedup + rest / speedup) * layer.width
 
 
 def dense_speedup(layer: Layer, machine: Machine, rows: float = 0.0, sharing: int = 0) -> float:

@@ -173,7 +173,8 @@ def repredict(row: dict, work: Path, widths: bool = True, profiles: Path | None 
     machine = load(str(profile_path(profiles or work, row["P"], row["cores"], row["rate"])))
     machine = dataclasses.replace(machine, **dict.fromkeys(zero, 0.0))
     if not widths:
-        machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0, sparse_hot_wide_per_core=0.0,
+        machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0,
+                                      sparse_hot_wide_per_core=0.0,
                                       dense_cached_per_core=0.0, elementwise_cached_per_core=0.0)
     work_ = Workload(meta["num_features"], meta["num_classes"], 128, 3)
     return predict(with_halo_edges(parts_from_meta(meta), Path(folder), meta), work_, machine).epoch_s
@@ -200,18 +201,17 @@ _HALO_EDGES: dict[tuple[Path, int], int] = {}
 def table(a: argparse.Namespace) -> None:
     """The validation table (default partitions: predicted beside measured) and the comparison table."""
     rows = [r for r in bc.Results(a.results).rows if r.get("kind") == "busiest"]
-    if (a.profiles or getattr(a, "zero", None)) and not a.repredict:
+    zero = getattr(a, "zero", None) or []
+    if (a.profiles or zero) and not a.repredict:
         raise SystemExit("bench_busiest: --profiles and --zero price the rows again: give --repredict too")
     if a.profiles and not a.profiles.is_dir():
         raise SystemExit(f"bench_busiest: --profiles {a.profiles}: not a folder")
-    zero = getattr(a, "zero", None) or []
     sys.path.insert(0, str(ROOT))
     from partition.machine import OPTIONAL
 
     if bad := [f for f in zero if f not in OPTIONAL]:
         raise SystemExit(f"bench_busiest: --zero {bad[0]}: not an optional profile field ({', '.join(OPTIONAL)})")
     if a.repredict:
-        sys.path.insert(0, str(ROOT))
         from partition.errors import GnnDistError
 
         try:

@@ -70,12 +70,19 @@ def failure(stderr: str) -> str:
     return (ours or lines or ["no message"])[-1]
 
 
+def netlab_module():
+    """scripts/netlab.py, imported only for `--lab` (a rank's worker never needs it)."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    import netlab
+
+    return netlab
+
+
 def lab_state(ranks: int, cores: float) -> None:
     """Refuse, in one line, a lab that is not up, not of `ranks` hosts, or of hosts of other cores than the
     profile's (the model's figures would be at the wrong speed)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import netlab
-
+    netlab = netlab_module()
     if not netlab.STATE.exists():
         raise SystemExit("epoch_split: --lab needs the network lab up (scripts/netlab.py up ..., as root)")
     state = netlab.load_state()
@@ -88,9 +95,7 @@ def lab_state(ranks: int, cores: float) -> None:
 def launch(cmd: list[str], ranks: int, lab: bool, epochs: int) -> None:
     """`cmd` as `ranks` ranks: under mpiexec on this box, or one a host of the network lab now up."""
     if lab:
-        import netlab  # on the path since lab_state
-
-        codes = netlab.launch(cmd, timeout=TIMEOUT_S)[0]
+        codes = netlab_module().launch(cmd, timeout=TIMEOUT_S)[0]
         if 124 in codes:
             raise SystemExit(f"epoch_split: training {epochs} epochs on the lab took over {TIMEOUT_S} s; stopped")
         if any(codes):
