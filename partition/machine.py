@@ -13,6 +13,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Sequence
 
 from partition.errors import DataError
 
@@ -224,6 +225,29 @@ def from_dict(data: object, source: str) -> Machine:
             continue
         out[name] = _number(name, v, source)
     return Machine(**out)
+
+
+def median_of(profiles: Sequence[Machine], name: str) -> Machine:
+    """One profile from several of one kind of host measured at different times: each rate the median of those
+    measured (a field 0 in one profile, not measured there, is left out of its median). Why: on a shared box a
+    profile taken once is one moment of it, and rates move by tens of percent from one to the next
+    (docs/benchmarks.md, "The cost model and the default partition on emulated hosts")."""
+    if not profiles:
+        raise DataError("a median of machine profiles needs at least one")
+    shape = {(m.cores_per_host, m.ranks_per_host, m.link_rate_bytes_per_s) for m in profiles}
+    if len(shape) > 1:
+        raise DataError(f"machine profiles of different hosts (cores, ranks a host, link rate) have no median: "
+                        f"{sorted(shape)}")
+    out: dict = {"name": name}
+    for f in fields(Machine):
+        if f.name == "name":
+            continue
+        values = sorted(getattr(m, f.name) for m in profiles)
+        if f.name in UNMEASURED_ZERO:
+            values = [v for v in values if v] or [0.0]
+        mid = len(values) // 2
+        out[f.name] = values[mid] if len(values) % 2 or f.name in WHOLE else (values[mid - 1] + values[mid]) / 2
+    return from_dict(out, f"the median of {len(profiles)} profiles")
 
 
 def load(path: str | None) -> Machine:

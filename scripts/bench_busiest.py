@@ -4,8 +4,9 @@ on emulated hosts"). Needs root (scripts/netlab.py).
 
     python scripts/bench_busiest.py run [--hosts 4x0.45,2x0.45,8x0.22,4x0.22,2x0.22] [--rates 1gbit,none]
                                         [--graphs rmat,sbm,grid] [--compare 4x0.45,8x0.22] [--repeat 3]
-    python scripts/bench_busiest.py table [--repredict [--profiles DIR] [--zero FIELD]]
-    python scripts/bench_busiest.py reprofile --hosts ... --rates ...
+    python scripts/bench_busiest.py table [--repredict [--profiles DIR ...] [--zero FIELD]]
+    python scripts/bench_busiest.py reprofile --hosts ... --rates ... [--into DIR]
+    python scripts/bench_busiest.py spread --profiles DIR --profiles DIR ...
     python scripts/bench_busiest.py --results FILE try --lab 4x0.45 --rate 1gbit --graph rmat \
         --partition DIR=default --partition DIR=nodes
 
@@ -155,22 +156,24 @@ def reprofile(a: argparse.Namespace) -> None:
         lab.close()
 
 
-def repredict(row: dict, work: Path, widths: bool = True, profiles: Path | None = None,
+def repredict(row: dict, work: Path, widths: bool = True, profiles: Sequence[Path] = (),
               zero: Sequence[str] = ()) -> float:
     """The current cost model's epoch for a measured row: its partition, its lab's profile (as now on disk, in
-    `profiles` where given; the optional fields in `zero` as not measured, to see what one of them moves);
+    `profiles` where given, the median of its profiles there where several; the optional fields in `zero` as
+    not measured, to see what one of them moves);
     `widths=False`: every layer at the profile's mean rates, as the model priced them before the wide rates
     (and before the in-cache ones)."""
     import dataclasses
 
     from partition.costmodel import Workload, predict
-    from partition.machine import load
+    from partition.machine import load, median_of
     from partition.part_counts import parts_from_meta
     from partition.store import read_meta
 
     folder = row.get("folder") or part_dir(work, row["graph"], row["P"], row["cores"], row["rate"], row["partition"])
     meta = read_meta(str(folder))
-    machine = load(str(profile_path(profiles or work, row["P"], row["cores"], row["rate"])))
+    found = [load(str(profile_path(d, row["P"], row["cores"], row["rate"]))) for d in profiles or [work]]
+    machine = found[0] if len(found) == 1 else median_of(found, f"median of {len(found)}")
     machine = dataclasses.replace(machine, **dict.fromkeys(zero, 0.0))
     if not widths:
         machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0,
@@ -204,8 +207,9 @@ def table(a: argparse.Namespace) -> None:
     zero = getattr(a, "zero", None) or []
     if (a.profiles or zero) and not a.repredict:
         raise SystemExit("bench_busiest: --profiles and --zero price the rows again: give --repredict too")
-    if a.profiles and not a.profiles.is_dir():
-        raise SystemExit(f"bench_busiest: --profiles {a.profiles}: not a folder")
+    for d in a.profiles or ():
+        if not d.is_dir():
+            raise SystemExit(f"bench_busiest: --profiles {d}: not a folder")
     sys.path.insert(0, str(ROOT))
     from partition.machine import OPTIONAL
 
@@ -216,7 +220,9 @@ def table(a: argparse.Namespace) -> None:
 
         try:
             rows = [dict(r, predicted_s=repredict(r, a.work, profiles=a.profiles, zero=zero),
-                         before_s=repredict(r, a.work, widths=False, profiles=a.profiles, zero=zero)) for r in rows]
+                         before_s=repredict(r, a.work, widths=False, profiles=a.profiles, zero=zero),
+                         per_set=[repredict(r, a.work, profiles=[d], zero=zero) for d in a.profiles]
+                         if len(a.profiles or ()) > 1 else None) for r in rows]
         except GnnDistError as e:  # a row's partition folder or profile gone or edited
             raise SystemExit(f"bench_busiest: cannot price a row again: {e}") from None
     groups: dict[tuple, list[dict]] = {}
@@ -224,10 +230,12 @@ def table(a: argparse.Namespace) -> None:
         groups.setdefault((r["graph"], r["P"], r["cores"], r["rate"], r["partition"]), []).append(r)
     med = {k: summary(v) for k, v in groups.items()}
     before = " without the wide rates / measured |" if a.repredict else ""
-    print("| graph | hosts | link | runs | epoch s | range | predicted s | predicted / measured |" + before +
+    sets = len(a.profiles or ()) > 1
+    each = " each set alone / measured |" if sets else ""
+    print("| graph | hosts | link | runs | epoch s | range | predicted s | predicted / measured |" + before + each +
           " busiest compute / mean |")
-    print("|---|---|---|---|---|---|---|---|---|" + "---|" * bool(before))
-    near, near_before = [], []
+    print("|---|---|---|---|---|---|---|---|---|" + "---|" * (bool(before) + sets))
+    near, near_before, near_every, near_any = [], [], [], []
     for (g, p, c, rate, v), m in sorted(med.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1], kv[0][3])):
         if v != "default":
             continue
@@ -236,10 +244,18 @@ def table(a: argparse.Namespace) -> None:
         if before:
             near_before.append(abs(m["before"] / m["epoch"] - 1) <= 0.2)
             b = f" {m['before'] / m['epoch']:.2f} |"
+        if sets:  # what each set of profiles alone predicts: the row's spread from measuring its host again
+            alone = [statistics.median(r["per_set"][i] for r in groups[g, p, c, rate, v]) / m["epoch"]
+                     for i in range(len(a.profiles))]
+            near_every.append(all(abs(x - 1) <= 0.2 for x in alone))
+            near_any.append(any(abs(x - 1) <= 0.2 for x in alone))
+            b += f" {min(alone):.2f}-{max(alone):.2f} |"
         print(f"| `{g.split(':')[0]}` | {p} x {c:g} core | {rate} | {m['runs']} | {m['epoch']:.3f} | {m['range']} | "
               f"{m['predicted']:.3f} | {m['predicted'] / m['epoch']:.2f} |{b} {m['skew']:.2f} |")
     print(f"\nwithin 20%: {sum(near)} of {len(near)}"
-          + (f" (without the wide rates: {sum(near_before)})" if before else "") + "\n")
+          + (f" (without the wide rates: {sum(near_before)})" if before else "")
+          + (f"; with each set of profiles alone, within 20% by every set: {sum(near_every)}, by at least one: "
+             f"{sum(near_any)}" if sets else "") + "\n")
     print("| graph | hosts | link | partition | runs | epoch s | range | x --balance nodes | busiest compute / mean |")
     print("|---|---|---|---|---|---|---|---|---|")
     for (g, p, c, rate, v), m in sorted(med.items()):
@@ -248,6 +264,32 @@ def table(a: argparse.Namespace) -> None:
             continue
         print(f"| `{g.split(':')[0]}` | {p} x {c:g} core | {rate} | {v} | {m['runs']} | {m['epoch']:.3f} | {m['range']} | "
               f"{m['epoch'] / nodes['epoch']:.2f} | {m['skew']:.2f} |")
+
+
+def spread(a: argparse.Namespace) -> None:
+    """Per rate, how far sets of the labs' profiles measured at different times disagree: over the labs found
+    in every folder, the range of each lab's largest value of the field over its least (a field 0 in a set,
+    not measured there, is left out). The model's goal is 20%: a rate that moves more between two
+    measurements of one host decides rows by itself."""
+    sys.path.insert(0, str(ROOT))
+    from partition.machine import UNMEASURED_ZERO, load
+
+    if len(a.profiles) < 2:
+        raise SystemExit("bench_busiest: spread compares sets of profiles: give --profiles at least twice")
+    labs = sorted(set.intersection(*({f.name for f in d.glob("machine-*.json")} for d in a.profiles)))
+    if not labs:
+        raise SystemExit(f"bench_busiest: no machine-PxC-RATE.json is in every one of {[str(d) for d in a.profiles]}")
+    sets = {lab: [load(str(d / lab)) for d in a.profiles] for lab in labs}
+    print(f"{len(labs)} labs, {len(a.profiles)} sets: each lab's max / min of the field, the range over the labs\n")
+    print("| field | labs | max / min: least | median | most |\n|---|---|---|---|---|")
+    for field in [f for f in vars(sets[labs[0]][0]) if f.endswith("_per_core") or f in ("step_s", "epoch_fixed_s")]:
+        ratios = []
+        for found in sets.values():
+            values = [getattr(m, field) for m in found if getattr(m, field) or field not in UNMEASURED_ZERO]
+            if len(values) > 1 and min(values) > 0:
+                ratios.append(max(values) / min(values))
+        if ratios:
+            print(f"| `{field}` | {len(ratios)} | {min(ratios):.2f} | {statistics.median(ratios):.2f} | {max(ratios):.2f} |")
 
 
 def summary(rows: list[dict]) -> dict:
@@ -278,14 +320,17 @@ def main() -> None:
     t = sub.add_parser("table", help="the markdown tables, medians over repeats")
     t.add_argument("--repredict", action="store_true",
                    help="price each row with the current cost model (its partition and its lab's profile in --work)")
-    t.add_argument("--profiles", type=Path, default=None,
-                   help="with --repredict: the labs' profiles from this folder instead (a set measured again)")
+    t.add_argument("--profiles", type=Path, action="append", default=None,
+                   help="with --repredict: the labs' profiles from this folder instead (a set measured again); "
+                        "repeated: each field the median over the folders (give --work itself to count the rows' own)")
     t.add_argument("--zero", action="append", default=[], metavar="FIELD",
                    help="with --repredict: price as if the profiles had not measured FIELD (repeat the flag)")
     rp = sub.add_parser("reprofile", help="measure the labs' profiles anew (root)")
     rp.add_argument("--hosts", type=hosts_list, required=True)
     rp.add_argument("--rates", type=lambda x: x.split(","), required=True)
     rp.add_argument("--into", type=Path, default=None, help="write the profiles here (default: --work, replacing)")
+    sp = sub.add_parser("spread", help="how far sets of the labs' profiles measured at different times disagree")
+    sp.add_argument("--profiles", type=Path, action="append", required=True, help="a folder of profiles (twice or more)")
     tr = sub.add_parser("try", help="train partition folders already made on one lab, taking turns (root)")
     tr.add_argument("--lab", type=hosts_list, required=True, help="PxC: one lab")
     tr.add_argument("--rate", required=True, help="its links' rate (none: unshaped)")
@@ -297,8 +342,8 @@ def main() -> None:
     tr.add_argument("--epochs", type=int, default=4, help="epochs a run (the first is warm-up)")
     a = ap.parse_args()
     a.results, a.work = a.results.resolve(), a.work.resolve()  # partitions run from the repository root
-    if a.cmd == "table":
-        return table(a)
+    if a.cmd in ("table", "spread"):
+        return table(a) if a.cmd == "table" else spread(a)
     if a.cmd == "run" and set(a.graphs) - set(GRAPHS):
         ap.error(f"--graphs: choose from {', '.join(GRAPHS)}")
     if a.cmd == "try" and len(a.lab) != 1:

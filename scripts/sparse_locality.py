@@ -2,11 +2,18 @@
 is read (`top_reads`), as if the reads came in a random order; a real part's reads do not.
 
     python scripts/sparse_locality.py out/busiest/rmat-...-default-4x0.45-1gbit [--part 0] [--width 128]
+                                      [--ladder] [--repeat 3] [--machine PROFILE]
 
-Times the part's product (its inner and halo rows' columns, and the self loops) on one thread, per CPU
-second, three ways: as built; its rows in a random order (each row's reads kept); and its columns relabelled
-at random (each row's read counts kept, their places in memory scattered). docs/benchmarks.md, "The cost
-model and the default partition on emulated hosts".
+Times the part's product (its inner and halo rows' columns and the self loops, each row's columns sorted as
+training keeps them) on one thread, per CPU second, three ways: as built; its rows in a random order (each
+row's reads kept); and its columns relabelled at random (each row's read counts and reuse times kept, their
+places in memory scattered). With `--ladder`, also the part's rate predicted from its reuse curve
+(partition.reuse): its reads split by how many other rows are read between two reads of one row (the
+StatStack estimate), each band at the rate of uniformly random reads among that many rows, timed just
+before (a ladder from the first-level cache to memory). `--repeat` measures it all again so many times,
+taking turns, since this box's rates drift by tens of percent from one minute to the next. `--machine
+PROFILE` prints the cost model's rate for the part beside them.
+docs/benchmarks.md, "The cost model and the default partition on emulated hosts".
 """
 from __future__ import annotations
 
@@ -18,50 +25,86 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+LADDER_BYTES = (32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 16 << 20, 32 << 20)  # this box: L1 32K, L2 512K, L3 32M
+MEMORY_BYTES = 128 << 20  # the last rung: reads from memory
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", type=Path, help="a partition folder")
     ap.add_argument("--part", type=int, default=0)
     ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--ladder", action="store_true", help="also the rate its reuse curve predicts")
+    ap.add_argument("--repeat", type=int, default=1, help="measurements, taking turns (0: the header alone)")
+    ap.add_argument("--machine", help="a machine profile: also the cost model's rate for the part at --width")
     a = ap.parse_args()
     import numpy as np
     import torch
 
     from gnn_dist.errors import GnnDistError
     from gnn_dist.graph.local import spmm
+    from partition.reuse import cached_reads, read_order, reuse_curve
     from partition.store import read_part
 
     try:
         plan = read_part(a.folder, a.part)
+        model = f"; the model with {a.machine}: {model_rate(a.folder, a.part, a.width, a.machine):.3f}" if a.machine else ""
     except GnnDistError as e:
         raise SystemExit(f"sparse_locality: {e}") from None
     torch.set_num_threads(1)
-    n, ip, ix = plan.num_inner, np.asarray(plan.indptr), np.asarray(plan.indices)
-    cols = plan.num_inner + plan.num_halo
+    n, cols = plan.num_inner, plan.num_inner + plan.num_halo
     rng = np.random.default_rng(0)
-    rows = [np.append(ix[ip[i]:ip[i + 1]], i) for i in range(n)]  # each row's reads and its self loop
+    row_of, col = read_order(plan.indptr, plan.indices)  # each row's reads and its self loop
 
-    def rate(rows_: list) -> float:
-        crow = np.concatenate([[0], np.cumsum([len(r) for r in rows_])])
+    def rate(rows: np.ndarray, cols_: np.ndarray, shape: tuple) -> float:
+        order = np.lexsort((cols_, rows))  # each row's columns sorted, as the operator is kept
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
-            m = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(np.concatenate(rows_)),
-                                        torch.rand(int(crow[-1])), (n, cols))
-        x = torch.randn(cols, a.width)
+            crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=shape[0]))])
+            m = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols_[order]), torch.rand(cols_.size), shape)
+        x = torch.randn(shape[1], a.width)
         spmm(m, x)
         times = []
         for _ in range(5):
             cpu = time.thread_time()
             spmm(m, x)
             times.append(time.thread_time() - cpu)
-        return int(crow[-1]) * a.width / sorted(times)[2] / 1e9
+        return cols_.size * a.width / sorted(times)[2] / 1e9
 
+    row_bytes = 4 * a.width
+    sizes = [max(1, b // row_bytes) for b in LADDER_BYTES]
+    order = np.lexsort((col, row_of))
+    curve = reuse_curve(col[order])
+    hits = [cached_reads(curve, col.size, s) / col.size for s in sizes]
+    shuffled = rng.permutation(n)[row_of]
     relabel = rng.permutation(cols)
-    print(f"{a.folder.name} part {a.part}: {n} rows, {cols} columns, {sum(len(r) for r in rows)} reads, "
-          f"{a.width} wide, G edge-columns per CPU second: as built {rate(rows):.3f}, rows shuffled "
-          f"{rate([rows[i] for i in rng.permutation(n)]):.3f}, columns relabelled "
-          f"{rate([np.sort(relabel[r]) for r in rows]):.3f}")
+    print(f"{a.folder.name} part {a.part}: {n} rows, {cols} columns, {col.size} reads, {a.width} wide, G edge-columns "
+          f"per CPU second" + (f"; reads within a cache of {', '.join(map(str, sizes))} rows: "
+                               f"{', '.join(f'{h:.2f}' for h in hits)}" if a.ladder else "") + model)
+    uniform_rows = np.repeat(np.arange(100_000), 10)
+    for _ in range(a.repeat):
+        line = (f"as built {rate(row_of, col, (n, cols)):.3f}, rows shuffled {rate(shuffled, col, (n, cols)):.3f}, "
+                f"columns relabelled {rate(row_of, relabel[col], (n, cols)):.3f}")
+        if a.ladder:  # each band of reads at the rate of uniformly random reads among its rows
+            rungs = [rate(uniform_rows, rng.integers(0, s, uniform_rows.size), (100_000, s))
+                     for s in sizes + [MEMORY_BYTES // row_bytes]]
+            bands = np.diff([0.0] + hits + [1.0])
+            line += (f"; the ladder {', '.join(f'{r:.2f}' for r in rungs)}: predicted "
+                     f"{1 / float(np.sum(bands / np.array(rungs))):.3f}")
+        print(line, flush=True)
+
+
+def model_rate(folder: Path, part: int, width: int, machine: str) -> float:
+    """G edge-columns per second the cost model prices the part's product at, `width` wide, on one core of
+    `machine` (partition.step_work.sparse_seconds: its hot reads from `top_reads`, the rest from memory)."""
+    from partition.machine import load
+    from partition.part_counts import parts_from_meta
+    from partition.step_work import Layer, sparse_seconds
+    from partition.store import read_meta
+
+    counts = parts_from_meta(read_meta(folder))[part]
+    layer = Layer(width, width, width, backward_sparse=True, exchanges=2)
+    return (counts["edges"] + counts["inner"]) * width / sparse_seconds(counts, layer, load(machine)) / 1e9
 
 
 if __name__ == "__main__":

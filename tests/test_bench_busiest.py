@@ -46,14 +46,14 @@ def test_tables_take_medians_over_repeats(tmp_path, capsys):
     assert "| `rmat` | 4 x 0.45 core | 1gbit | default | 3 | 2.200 | 2.000-9.000 | 0.52 | 1.20 |" in out
     assert "| `rmat` | 4 x 0.45 core | 1gbit | nodes | 2 | 4.200 | 4.000-4.400 | 1.00 | 2.00 |" in out
     with pytest.raises(SystemExit, match="--profiles .*not a folder"):  # a set of profiles that is not there
-        bench_busiest.table(SimpleNamespace(results=results, repredict=True, profiles=tmp_path / "gone"))
+        bench_busiest.table(SimpleNamespace(results=results, repredict=True, profiles=[tmp_path / "gone"]))
     with pytest.raises(SystemExit, match="give --repredict"):  # the logged predictions would ignore them
-        bench_busiest.table(SimpleNamespace(results=results, repredict=False, profiles=tmp_path))
+        bench_busiest.table(SimpleNamespace(results=results, repredict=False, profiles=[tmp_path]))
     with pytest.raises(SystemExit, match="--zero sparse_per_cor: not an optional profile field"):
         bench_busiest.table(SimpleNamespace(results=results, repredict=True, profiles=None, zero=["sparse_per_cor"]))
 
 
-def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_path):
+def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_path, capsys):
     """A partition.json without halo_edges (made before it was kept) is priced with the count taken from its
     part files: the same count, so the same prediction, as a partition that kept it."""
     from partition.part_counts import parts_from_meta
@@ -84,8 +84,24 @@ def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_pat
                              elementwise_per_core=DEFAULT.elementwise_per_core / 100),
          str(tmp_path / "again" / "machine-3x0.45-1gbit.json"))
     row = {"graph": "rmat", "P": 3, "cores": 0.45, "rate": "1gbit", "partition": "nodes", "folder": str(out)}
-    first, again = bench_busiest.repredict(row, tmp_path), bench_busiest.repredict(row, tmp_path, profiles=tmp_path / "again")
+    first, again = bench_busiest.repredict(row, tmp_path), bench_busiest.repredict(row, tmp_path, profiles=[tmp_path / "again"])
     assert again > 2 * first  # its cores 100x slower: a graph this small still pays the latency
+    # several folders: each field the median over them, so one wild profile among three moves nothing
+    assert bench_busiest.repredict(row, tmp_path, profiles=[tmp_path / "again"] * 2 + [tmp_path]) == again
+    assert bench_busiest.repredict(row, tmp_path, profiles=[tmp_path / "again", tmp_path, tmp_path]) == first
+    # the table with several sets: priced by their medians, and beside it what each set alone predicts
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps(dict(row, kind="busiest", partition="default", rep=0, epoch_s=first,
+                                       predicted_s=0.0, rank_compute_s=[1.0, 1.0, 1.0])) + "\n")
+    sets = [tmp_path, tmp_path / "again", tmp_path / "again"]
+    bench_busiest.table(SimpleNamespace(results=results, work=tmp_path, repredict=True, profiles=sets, zero=[]))
+    out = capsys.readouterr().out
+    assert f"| {again:.3f} | {again / first:.2f} |" in out and f"| 1.00-{again / first:.2f} | 1.00 |" in out
+    assert "within 20%: 0 of 1" in out and "within 20% by every set: 0, by at least one: 1" in out
+    bench_busiest.spread(SimpleNamespace(profiles=sets))  # every rate of one lab 100x apart between the sets
+    assert "| `sparse_per_core` | 1 | 100.00 | 100.00 | 100.00 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="at least twice"):
+        bench_busiest.spread(SimpleNamespace(profiles=[tmp_path]))
     # a field set to 0 prices as a profile that never measured it
     faster = dataclasses.replace(DEFAULT, sparse_wide_per_core=4 * DEFAULT.sparse_per_core)
     save(faster, str(tmp_path / "machine-3x0.45-1gbit.json"))

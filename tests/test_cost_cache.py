@@ -12,7 +12,7 @@ from gnn_dist.data import load_dataset
 from partition import assign_parts
 from partition.costmodel import predict
 from partition.errors import DataError, PartitionFormatError
-from partition.machine import DEFAULT, Machine, from_dict, load, save
+from partition.machine import DEFAULT, Machine, from_dict, load, median_of, save
 from partition.part_counts import part_counts, parts_from_meta, top_reads
 from partition.step_work import Workload, hot_reads, layers
 from partition.store import read_meta
@@ -162,3 +162,18 @@ def test_the_wire_cpu_is_the_payloads_cpu_over_the_bytes_in_and_out():
     assert wire_cpu(2, 1 << 20, 0.002, 0.001) == 0.0  # noise: the empty all-to-all cost more
     assert wire_cpu(2, 1 << 20, 0.0, 1e-12) == 0.0  # below the profile's floor: not measured, not refused
     assert from_dict(dict(dataclasses.asdict(DEFAULT), wire_cpu_s_per_byte=0.0), "m").wire_cpu_s_per_byte == 0.0
+
+
+def test_a_median_of_profiles_takes_each_field_over_those_that_measured_it():
+    a = dataclasses.replace(CACHED, sparse_per_core=1e9, sparse_hot_per_core=0.0, epoch_fixed_ranks=2)
+    b = dataclasses.replace(CACHED, sparse_per_core=3e9, sparse_hot_per_core=5e9, epoch_fixed_ranks=2)
+    c = dataclasses.replace(CACHED, sparse_per_core=2e9, sparse_hot_per_core=6e9, epoch_fixed_ranks=4)
+    m = median_of([a, b, c], "m")
+    assert (m.name, m.sparse_per_core, m.dense_per_core) == ("m", 2e9, CACHED.dense_per_core)
+    assert m.sparse_hot_per_core == 5.5e9  # a's 0 was not measured: the median of b's and c's
+    assert m.epoch_fixed_ranks == 2 and median_of([a, c], "m").epoch_fixed_ranks == 4  # whole: the upper middle
+    assert median_of([a], "m") == dataclasses.replace(a, name="m")
+    with pytest.raises(DataError, match="different hosts"):
+        median_of([a, dataclasses.replace(a, cores_per_host=0.45)], "m")
+    with pytest.raises(DataError, match="at least one"):
+        median_of([], "m")
