@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
@@ -227,27 +228,40 @@ def from_dict(data: object, source: str) -> Machine:
     return Machine(**out)
 
 
-def median_of(profiles: Sequence[Machine], name: str) -> Machine:
+def median_profile(profiles: Sequence[Machine], name: str) -> Machine:
     """One profile from several of one kind of host measured at different times: each rate the median of those
     measured (a field 0 in one profile, not measured there, is left out of its median). Why: on a shared box a
-    profile taken once is one moment of it, and rates move by tens of percent from one to the next
-    (docs/benchmarks.md, "The cost model and the default partition on emulated hosts")."""
+    profile taken once is one moment of it, and its rates move by tens of percent from one to the next
+    (docs/benchmarks.md, "Three sets of profiles"). A wide rate is priced as its ratio to its narrow one
+    (`Machine.width_speedup`): it is the median ratio times the median narrow rate, so that the median keeps
+    a ratio one of the profiles measured; the fixed epoch's rank count comes from the profiles that measured
+    the fixed epoch."""
     if not profiles:
         raise DataError("a median of machine profiles needs at least one")
-    shape = {(m.cores_per_host, m.ranks_per_host, m.link_rate_bytes_per_s) for m in profiles}
-    if len(shape) > 1:
-        raise DataError(f"machine profiles of different hosts (cores, ranks a host, link rate) have no median: "
-                        f"{sorted(shape)}")
+    shape = {(m.cores_per_host, m.ranks_per_host) for m in profiles}
+    rates = {m.link_rate_bytes_per_s for m in profiles} - {0.0}  # 0: the link's configured rate not known
+    if len(shape) > 1 or len(rates) > 1:
+        raise DataError(f"{name}: profiles of different hosts have no median (cores a host, ranks a host: "
+                        f"{sorted(shape)}; link rates {sorted(rates)})")
     out: dict = {"name": name}
     for f in fields(Machine):
         if f.name == "name":
             continue
-        values = sorted(getattr(m, f.name) for m in profiles)
+        values = [getattr(m, f.name) for m in profiles]
         if f.name in UNMEASURED_ZERO:
             values = [v for v in values if v] or [0.0]
-        mid = len(values) // 2
-        out[f.name] = values[mid] if len(values) % 2 or f.name in WHOLE else (values[mid - 1] + values[mid]) / 2
-    return from_dict(out, f"the median of {len(profiles)} profiles")
+        if f.name == "epoch_fixed_ranks":
+            values = [m.epoch_fixed_ranks for m in profiles if m.epoch_fixed_s] or [0]
+        out[f.name] = statistics.median_high(values) if f.name in WHOLE else statistics.median(values)
+    for wide, narrow in WIDE_OF.items():
+        ratios = [getattr(m, wide) / getattr(m, narrow) for m in profiles if getattr(m, wide) and getattr(m, narrow)]
+        out[wide] = statistics.median(ratios) * out[narrow] if ratios else 0.0
+    return from_dict(out, f"{name} (the median of {len(profiles)} profile{'s' * (len(profiles) > 1)})")
+
+
+# each wide rate and the narrow rate `Machine.width_speedup` takes its ratio to
+WIDE_OF = {"sparse_wide_per_core": "sparse_per_core", "sparse_hot_wide_per_core": "sparse_hot_per_core",
+           "dense_wide_per_core": "dense_per_core", "dense_cached_per_core": "dense_per_core"}
 
 
 def load(path: str | None) -> Machine:

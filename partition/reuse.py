@@ -9,10 +9,12 @@ reads band by band, each at the rate of uniformly random reads among that many r
 (docs/benchmarks.md has its figures). The cost model does not price the curve yet: with only the profile's
 two rates, counting its last-level hits moved the validation table's rows the wrong way.
 
-A product reads its rows (destinations) in id order, each row's sources and then the row itself (its self
-loop). A read's reuse time is how many reads ago its row was read last. The curve counts the reads whose
-reuse time is at most 2^j, for j = 0 to log2(reads), rounded up: log2(reads) + 1 numbers, as `top_reads`
-keeps per part. A first read has none, and always misses.
+A product reads its rows (destinations) in id order, each row's sources and its self loop (`read_order`
+puts the loop last; training keeps each row's columns sorted, and scripts/sparse_locality.py sorts them so:
+the order within a row moves a reuse time by less than the row's length). A read's reuse time is how many
+reads ago its row was read last. The curve counts the reads whose reuse time is at most 2^j, for j = 0 to
+log2(reads), rounded up: log2(reads) + 1 numbers, as `top_reads` keeps per part. A first read has none, and
+always misses.
 
 `cached_reads` turns the curve into hits of a least-recently-used cache of `rows` rows by the StatStack
 estimate (Eklov and Hagersten, ISPASS 2010): the rows read between two reads of one row, t reads apart, are
@@ -32,6 +34,8 @@ def read_order(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.
     then the row itself (its self loop)."""
     indptr = np.asarray(indptr, dtype=np.int64)
     n = indptr.shape[0] - 1
+    if n < 0 or indptr[0] != 0 or indptr[-1] != len(indices):
+        raise ValueError(f"read_order: indptr must start at 0 and end at len(indices) ({len(indices)})")
     deg = np.diff(indptr)
     rows = np.repeat(np.arange(n, dtype=np.int64), deg + 1)
     cols = np.empty(rows.shape[0], dtype=np.int64)
@@ -44,7 +48,7 @@ def read_order(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def reuse_curve(cols: np.ndarray) -> list[int]:
-    """`reuse_reads` of one sequence of reads (the row each read reads, in order): how many reads have a
+    """The reuse curve of one sequence of reads (the row each read reads, in order): how many reads have a
     reuse time of at most 1, 2, 4, ... reads, up to the sequence's length."""
     cols = np.asarray(cols, dtype=np.int64)
     order = np.argsort(cols, kind="stable")  # each row's reads, in their order

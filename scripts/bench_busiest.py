@@ -166,14 +166,14 @@ def repredict(row: dict, work: Path, widths: bool = True, profiles: Sequence[Pat
     import dataclasses
 
     from partition.costmodel import Workload, predict
-    from partition.machine import load, median_of
+    from partition.machine import load, median_profile
     from partition.part_counts import parts_from_meta
     from partition.store import read_meta
 
     folder = row.get("folder") or part_dir(work, row["graph"], row["P"], row["cores"], row["rate"], row["partition"])
     meta = read_meta(str(folder))
     found = [load(str(profile_path(d, row["P"], row["cores"], row["rate"]))) for d in profiles or [work]]
-    machine = found[0] if len(found) == 1 else median_of(found, f"median of {len(found)}")
+    machine = found[0] if len(found) == 1 else median_profile(found, f"lab {row['P']}x{row['cores']:g} {row['rate']}")
     machine = dataclasses.replace(machine, **dict.fromkeys(zero, 0.0))
     if not widths:
         machine = dataclasses.replace(machine, sparse_wide_per_core=0.0, dense_wide_per_core=0.0,
@@ -201,8 +201,9 @@ def with_halo_edges(parts: list[dict], folder: Path, meta: dict | None = None) -
 _HALO_EDGES: dict[tuple[Path, int], int] = {}
 
 
-def table(a: argparse.Namespace) -> None:
-    """The validation table (default partitions: predicted beside measured) and the comparison table."""
+def priced_rows(a: argparse.Namespace) -> list[dict]:
+    """The results' rows, each priced again with the current model where `--repredict` asks (with the medians
+    of the `--profiles` sets, and each set alone where there are several); the flags checked first."""
     rows = [r for r in bc.Results(a.results).rows if r.get("kind") == "busiest"]
     zero = getattr(a, "zero", None) or []
     if (a.profiles or zero) and not a.repredict:
@@ -215,16 +216,22 @@ def table(a: argparse.Namespace) -> None:
 
     if bad := [f for f in zero if f not in OPTIONAL]:
         raise SystemExit(f"bench_busiest: --zero {bad[0]}: not an optional profile field ({', '.join(OPTIONAL)})")
-    if a.repredict:
-        from partition.errors import GnnDistError
+    if not a.repredict:
+        return rows
+    from partition.errors import GnnDistError
 
-        try:
-            rows = [dict(r, predicted_s=repredict(r, a.work, profiles=a.profiles, zero=zero),
-                         before_s=repredict(r, a.work, widths=False, profiles=a.profiles, zero=zero),
-                         per_set=[repredict(r, a.work, profiles=[d], zero=zero) for d in a.profiles]
-                         if len(a.profiles or ()) > 1 else None) for r in rows]
-        except GnnDistError as e:  # a row's partition folder or profile gone or edited
-            raise SystemExit(f"bench_busiest: cannot price a row again: {e}") from None
+    try:
+        return [dict(r, predicted_s=repredict(r, a.work, profiles=a.profiles, zero=zero),
+                     before_s=repredict(r, a.work, widths=False, profiles=a.profiles, zero=zero),
+                     per_set=[repredict(r, a.work, profiles=[d], zero=zero) for d in a.profiles]
+                     if len(a.profiles or ()) > 1 else None) for r in rows]
+    except GnnDistError as e:  # a row's partition folder or profile gone or edited
+        raise SystemExit(f"bench_busiest: cannot price a row again: {e}") from None
+
+
+def table(a: argparse.Namespace) -> None:
+    """The validation table (default partitions: predicted beside measured) and the comparison table."""
+    rows = priced_rows(a)
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["graph"], r["P"], r["cores"], r["rate"], r["partition"]), []).append(r)
@@ -245,8 +252,7 @@ def table(a: argparse.Namespace) -> None:
             near_before.append(abs(m["before"] / m["epoch"] - 1) <= 0.2)
             b = f" {m['before'] / m['epoch']:.2f} |"
         if sets:  # what each set of profiles alone predicts: the row's spread from measuring its host again
-            alone = [statistics.median(r["per_set"][i] for r in groups[g, p, c, rate, v]) / m["epoch"]
-                     for i in range(len(a.profiles))]
+            alone = each_set(groups[g, p, c, rate, v], m["epoch"])
             near_every.append(all(abs(x - 1) <= 0.2 for x in alone))
             near_any.append(any(abs(x - 1) <= 0.2 for x in alone))
             b += f" {min(alone):.2f}-{max(alone):.2f} |"
@@ -266,23 +272,42 @@ def table(a: argparse.Namespace) -> None:
               f"{m['epoch'] / nodes['epoch']:.2f} | {m['skew']:.2f} |")
 
 
+def each_set(runs: list[dict], epoch: float) -> list[float]:
+    """A row's predicted / measured with each set of profiles alone (`per_set`: one price a run and a set)."""
+    return [statistics.median(r["per_set"][i] for r in runs) / epoch for i in range(len(runs[0]["per_set"]))]
+
+
+# what the labs' profiles configure rather than measure: left out of `spread`
+CONFIGURED = ("cores_per_host", "ranks_per_host", "link_rate_bytes_per_s", "cache_bytes", "epoch_fixed_ranks",
+              "link_burst_bytes")
+
+
 def spread(a: argparse.Namespace) -> None:
     """Per rate, how far sets of the labs' profiles measured at different times disagree: over the labs found
     in every folder, the range of each lab's largest value of the field over its least (a field 0 in a set,
     not measured there, is left out). The model's goal is 20%: a rate that moves more between two
     measurements of one host decides rows by itself."""
     sys.path.insert(0, str(ROOT))
-    from partition.machine import UNMEASURED_ZERO, load
+    from partition.errors import GnnDistError
+    from partition.machine import UNMEASURED_ZERO, load, median_profile
 
     if len(a.profiles) < 2:
         raise SystemExit("bench_busiest: spread compares sets of profiles: give --profiles at least twice")
+    for d in a.profiles:
+        if not d.is_dir():
+            raise SystemExit(f"bench_busiest: --profiles {d}: not a folder")
     labs = sorted(set.intersection(*({f.name for f in d.glob("machine-*.json")} for d in a.profiles)))
     if not labs:
         raise SystemExit(f"bench_busiest: no machine-PxC-RATE.json is in every one of {[str(d) for d in a.profiles]}")
-    sets = {lab: [load(str(d / lab)) for d in a.profiles] for lab in labs}
+    try:
+        sets = {lab: [load(str(d / lab)) for d in a.profiles] for lab in labs}
+        for lab, found in sets.items():
+            median_profile(found, lab)  # one lab's profiles: of one kind of host
+    except GnnDistError as e:
+        raise SystemExit(f"bench_busiest: spread: {e}") from None
     print(f"{len(labs)} labs, {len(a.profiles)} sets: each lab's max / min of the field, the range over the labs\n")
     print("| field | labs | max / min: least | median | most |\n|---|---|---|---|---|")
-    for field in [f for f in vars(sets[labs[0]][0]) if f.endswith("_per_core") or f in ("step_s", "epoch_fixed_s")]:
+    for field in [f for f in vars(sets[labs[0]][0]) if f not in CONFIGURED and f != "name"]:
         ratios = []
         for found in sets.values():
             values = [getattr(m, field) for m in found if getattr(m, field) or field not in UNMEASURED_ZERO]
@@ -342,8 +367,10 @@ def main() -> None:
     tr.add_argument("--epochs", type=int, default=4, help="epochs a run (the first is warm-up)")
     a = ap.parse_args()
     a.results, a.work = a.results.resolve(), a.work.resolve()  # partitions run from the repository root
-    if a.cmd in ("table", "spread"):
-        return table(a) if a.cmd == "table" else spread(a)
+    if a.cmd == "table":
+        return table(a)
+    if a.cmd == "spread":
+        return spread(a)
     if a.cmd == "run" and set(a.graphs) - set(GRAPHS):
         ap.error(f"--graphs: choose from {', '.join(GRAPHS)}")
     if a.cmd == "try" and len(a.lab) != 1:

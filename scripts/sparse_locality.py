@@ -33,16 +33,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", type=Path, help="a partition folder")
     ap.add_argument("--part", type=int, default=0)
-    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--width", type=at_least(1, 4096), default=128, help="columns (1-4096)")
     ap.add_argument("--ladder", action="store_true", help="also the rate its reuse curve predicts")
-    ap.add_argument("--repeat", type=int, default=1, help="measurements, taking turns (0: the header alone)")
+    ap.add_argument("--repeat", type=at_least(0, 1000), default=1, help="measurements, taking turns (0: the header alone)")
     ap.add_argument("--machine", help="a machine profile: also the cost model's rate for the part at --width")
     a = ap.parse_args()
     import numpy as np
     import torch
 
     from gnn_dist.errors import GnnDistError
-    from gnn_dist.graph.local import spmm
     from partition.reuse import cached_reads, read_order, reuse_curve
     from partition.store import read_part
 
@@ -54,44 +53,73 @@ def main() -> None:
     torch.set_num_threads(1)
     n, cols = plan.num_inner, plan.num_inner + plan.num_halo
     rng = np.random.default_rng(0)
-    row_of, col = read_order(plan.indptr, plan.indices)  # each row's reads and its self loop
-
-    def rate(rows: np.ndarray, cols_: np.ndarray, shape: tuple) -> float:
-        order = np.lexsort((cols_, rows))  # each row's columns sorted, as the operator is kept
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
-            crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=shape[0]))])
-            m = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols_[order]), torch.rand(cols_.size), shape)
-        x = torch.randn(shape[1], a.width)
-        spmm(m, x)
-        times = []
-        for _ in range(5):
-            cpu = time.thread_time()
-            spmm(m, x)
-            times.append(time.thread_time() - cpu)
-        return cols_.size * a.width / sorted(times)[2] / 1e9
-
-    row_bytes = 4 * a.width
-    sizes = [max(1, b // row_bytes) for b in LADDER_BYTES]
-    order = np.lexsort((col, row_of))
-    curve = reuse_curve(col[order])
-    hits = [cached_reads(curve, col.size, s) / col.size for s in sizes]
-    shuffled = rng.permutation(n)[row_of]
-    relabel = rng.permutation(cols)
-    print(f"{a.folder.name} part {a.part}: {n} rows, {cols} columns, {col.size} reads, {a.width} wide, G edge-columns "
-          f"per CPU second" + (f"; reads within a cache of {', '.join(map(str, sizes))} rows: "
-                               f"{', '.join(f'{h:.2f}' for h in hits)}" if a.ladder else "") + model)
-    uniform_rows = np.repeat(np.arange(100_000), 10)
+    row_of, col = read_order(plan.indptr, plan.indices)  # each row's reads and its self loop (every row has one)
+    if not n:
+        raise SystemExit(f"sparse_locality: {a.folder} part {a.part} has no rows: nothing to time")
+    sizes = [max(1, b // (4 * a.width)) for b in LADDER_BYTES]
+    head = (f"{a.folder.name} part {a.part}: {n} rows, {cols} columns, {col.size} reads, {a.width} wide, "
+            f"G edge-columns per CPU second")
+    if a.ladder:
+        order = np.lexsort((col, row_of))
+        curve = reuse_curve(col[order])
+        hits = [cached_reads(curve, col.size, s) / col.size for s in sizes]
+        head += f"; reads within a cache of {', '.join(map(str, sizes))} rows: {', '.join(f'{h:.2f}' for h in hits)}"
+    print(head + model)
+    shuffled, relabel = rng.permutation(n)[row_of], rng.permutation(cols)
     for _ in range(a.repeat):
-        line = (f"as built {rate(row_of, col, (n, cols)):.3f}, rows shuffled {rate(shuffled, col, (n, cols)):.3f}, "
-                f"columns relabelled {rate(row_of, relabel[col], (n, cols)):.3f}")
-        if a.ladder:  # each band of reads at the rate of uniformly random reads among its rows
-            rungs = [rate(uniform_rows, rng.integers(0, s, uniform_rows.size), (100_000, s))
-                     for s in sizes + [MEMORY_BYTES // row_bytes]]
-            bands = np.diff([0.0] + hits + [1.0])
-            line += (f"; the ladder {', '.join(f'{r:.2f}' for r in rungs)}: predicted "
-                     f"{1 / float(np.sum(bands / np.array(rungs))):.3f}")
-        print(line, flush=True)
+        line = (f"as built {rate(row_of, col, (n, cols), a.width):.3f}, rows shuffled "
+                f"{rate(shuffled, col, (n, cols), a.width):.3f}, columns relabelled "
+                f"{rate(row_of, relabel[col], (n, cols), a.width):.3f}")
+        print(line + (ladder_line(hits, sizes, a.width, rng) if a.ladder else ""), flush=True)
+
+
+def at_least(low: int, high: int):
+    """An argparse type: a whole number from `low` to `high`, else one line naming the range."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = low - 1
+        if not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"a whole number from {low} to {high}, got {text!r}")
+        return v
+    return parse
+
+
+def rate(rows, cols, shape: tuple, width: int) -> float:
+    """G edge-columns per CPU second of the product reading `cols` for `rows` (each row's columns sorted, as
+    the operator is kept), `width` wide: the median of 5 after one warm-up."""
+    import numpy as np
+    import torch
+
+    from gnn_dist.graph.local import spmm
+
+    order = np.lexsort((cols, rows))
+    crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=shape[0]))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's note that sparse CSR is in beta
+        m = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(cols[order]), torch.rand(cols.size), shape)
+    x = torch.randn(shape[1], width)
+    spmm(m, x)
+    times = []
+    for _ in range(5):
+        cpu = time.thread_time()
+        spmm(m, x)
+        times.append(time.thread_time() - cpu)
+    return cols.size * width / max(sorted(times)[2], 1e-9) / 1e9
+
+
+def ladder_line(hits: list, sizes: list, width: int, rng) -> str:
+    """The ladder timed now (uniformly random reads among each rung's rows, 10 a row, and among MEMORY_BYTES),
+    and the part's rate it predicts: each band of the part's reads (`hits`: the share within each rung) at
+    its rung's rate, the rest at memory's."""
+    import numpy as np
+
+    rows = np.repeat(np.arange(100_000), 10)
+    rungs = [rate(rows, rng.integers(0, s, rows.size), (100_000, s), width)
+             for s in sizes + [max(1, MEMORY_BYTES // (4 * width))]]
+    bands = np.diff([0.0] + hits + [1.0])
+    return f"; the ladder {', '.join(f'{r:.2f}' for r in rungs)}: predicted {1 / float(np.sum(bands / np.array(rungs))):.3f}"
 
 
 def model_rate(folder: Path, part: int, width: int, machine: str) -> float:

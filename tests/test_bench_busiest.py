@@ -102,6 +102,17 @@ def test_repredict_counts_halo_edges_of_partitions_made_before_the_field(tmp_pat
     assert "| `sparse_per_core` | 1 | 100.00 | 100.00 | 100.00 |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="at least twice"):
         bench_busiest.spread(SimpleNamespace(profiles=[tmp_path]))
+    # a lying profile, or one lab's profiles of different hosts: one line each
+    lie = tmp_path / "lie"
+    lie.mkdir()
+    (lie / "machine-3x0.45-1gbit.json").write_text('{"name": 1}')
+    with pytest.raises(SystemExit, match="^bench_busiest: spread: machine profile .*'name' must be"):
+        bench_busiest.spread(SimpleNamespace(profiles=[tmp_path, lie]))
+    save(dataclasses.replace(DEFAULT, cores_per_host=0.22), str(lie / "machine-3x0.45-1gbit.json"))
+    with pytest.raises(SystemExit, match="different hosts"):
+        bench_busiest.spread(SimpleNamespace(profiles=[tmp_path, lie]))
+    with pytest.raises(SystemExit, match="gone: not a folder"):
+        bench_busiest.spread(SimpleNamespace(profiles=[tmp_path, tmp_path / "gone"]))
     # a field set to 0 prices as a profile that never measured it
     faster = dataclasses.replace(DEFAULT, sparse_wide_per_core=4 * DEFAULT.sparse_per_core)
     save(faster, str(tmp_path / "machine-3x0.45-1gbit.json"))

@@ -12,7 +12,7 @@ from gnn_dist.data import load_dataset
 from partition import assign_parts
 from partition.costmodel import predict
 from partition.errors import DataError, PartitionFormatError
-from partition.machine import DEFAULT, Machine, from_dict, load, median_of, save
+from partition.machine import DEFAULT, Machine, from_dict, load, median_profile, save
 from partition.part_counts import part_counts, parts_from_meta, top_reads
 from partition.step_work import Workload, hot_reads, layers
 from partition.store import read_meta
@@ -165,15 +165,30 @@ def test_the_wire_cpu_is_the_payloads_cpu_over_the_bytes_in_and_out():
 
 
 def test_a_median_of_profiles_takes_each_field_over_those_that_measured_it():
-    a = dataclasses.replace(CACHED, sparse_per_core=1e9, sparse_hot_per_core=0.0, epoch_fixed_ranks=2)
-    b = dataclasses.replace(CACHED, sparse_per_core=3e9, sparse_hot_per_core=5e9, epoch_fixed_ranks=2)
-    c = dataclasses.replace(CACHED, sparse_per_core=2e9, sparse_hot_per_core=6e9, epoch_fixed_ranks=4)
-    m = median_of([a, b, c], "m")
-    assert (m.name, m.sparse_per_core, m.dense_per_core) == ("m", 2e9, CACHED.dense_per_core)
+    a = dataclasses.replace(CACHED, sparse_per_core=1e9, sparse_hot_per_core=0.0, epoch_fixed_s=0.5, epoch_fixed_ranks=2)
+    b = dataclasses.replace(CACHED, sparse_per_core=3e9, sparse_hot_per_core=5e9, epoch_fixed_s=0.7, epoch_fixed_ranks=2)
+    c = dataclasses.replace(CACHED, sparse_per_core=2e9, sparse_hot_per_core=6e9, epoch_fixed_s=0.6, epoch_fixed_ranks=4)
+    m = median_profile([a, b, c], "m")
+    assert (m.name, m.sparse_per_core, m.dense_per_core, m.epoch_fixed_s) == ("m", 2e9, CACHED.dense_per_core, 0.6)
     assert m.sparse_hot_per_core == 5.5e9  # a's 0 was not measured: the median of b's and c's
-    assert m.epoch_fixed_ranks == 2 and median_of([a, c], "m").epoch_fixed_ranks == 4  # whole: the upper middle
-    assert median_of([a], "m") == dataclasses.replace(a, name="m")
+    assert m.epoch_fixed_ranks == 2 and median_profile([a, c], "m").epoch_fixed_ranks == 4  # whole: the upper middle
+    # the rank count of a profile that measured no fixed epoch is not counted
+    unmeasured = dataclasses.replace(a, epoch_fixed_s=0.0, epoch_fixed_ranks=0)
+    assert median_profile([unmeasured, unmeasured, c], "m").epoch_fixed_ranks == 4
+    assert median_profile([a], "m") == dataclasses.replace(a, name="m")
     with pytest.raises(DataError, match="different hosts"):
-        median_of([a, dataclasses.replace(a, cores_per_host=0.45)], "m")
+        median_profile([a, dataclasses.replace(a, cores_per_host=0.45)], "m")
     with pytest.raises(DataError, match="at least one"):
-        median_of([], "m")
+        median_profile([], "m")
+
+
+def test_a_median_profile_keeps_a_width_ratio_one_profile_measured():
+    """A wide rate is priced as its ratio to the narrow one: the median's ratio is the median ratio (1.2),
+    not the ratio of the two medians (3.6e9 / 2e9 = 1.8, which no profile measured)."""
+    ps = [dataclasses.replace(CACHED, sparse_per_core=s, sparse_wide_per_core=w)
+          for s, w in ((1e9, 1.2e9), (2e9, 2.4e9), (4e9, 3.6e9))]
+    m = median_profile(ps, "m")
+    assert m.sparse_per_core == 2e9 and m.sparse_wide_per_core == pytest.approx(2.4e9)
+    assert m.width_speedup("sparse", 128) == pytest.approx(1.2)
+    older = dataclasses.replace(CACHED, sparse_per_core=3e9)  # measured no wide rate: its ratio is left out
+    assert median_profile(ps[:2] + [older], "m").sparse_wide_per_core == pytest.approx(1.2 * 2e9)

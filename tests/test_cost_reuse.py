@@ -72,6 +72,17 @@ def test_sparse_locality_prices_a_part_by_its_ladder(tmp_path):
     fractions = [float(x) for x in head.rsplit("rows: ", 1)[1].split(", ")]
     assert fractions == sorted(fractions) and fractions[-1] - fractions[0] <= 0.02 and 0.6 < fractions[0] < 0.9
     assert len(lines) == 2 and all("as built" in x and "predicted" in x for x in lines)
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "sparse_locality.py"), str(tmp_path / "gone")],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0 and "sparse_locality:" in bad.stderr
+
+
+def test_sparse_locality_refuses_bad_arguments_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    script = str(ROOT / "scripts" / "sparse_locality.py")
+    for args, needle in (([str(tmp_path), "--width", "0"], "a whole number from 1 to 4096"),
+                         ([str(tmp_path), "--repeat", "-1"], "a whole number from 0 to 1000"),
+                         ([str(tmp_path / "gone")], "sparse_locality:")):
+        r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from partition.costmodel import node_seconds, predict, rank_phases
-from partition.machine import DEFAULT, from_dict, load
+from partition.machine import DEFAULT, from_dict, load, save
 from partition.step_work import Workload, layers, sparse_seconds
 from tests.conftest import one_error_line, run_cli
 
@@ -117,3 +117,26 @@ def test_profile_machine_writes_a_profile_the_model_reads(tmp_path):
                           (["--out", str(tmp_path / "n.json"), "--rows", str(10 ** 10)], "--rows")):
         one_error_line(run_cli("profile-machine", *flags), needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # nothing else written, no .tmp left
+
+
+def test_profile_machine_writes_the_median_of_profiles(tmp_path):
+    """--median-of measures nothing: each rate the median of the profiles given; a wide rate at their median
+    ratio to the narrow one. Profiles of different hosts, a lying profile and --link are one line each."""
+    files = []
+    for k, (s, w) in enumerate(((1e9, 1.2e9), (2e9, 2.4e9), (4e9, 3.6e9))):
+        files.append(str(tmp_path / f"p{k}.json"))
+        save(dataclasses.replace(DEFAULT, sparse_per_core=s, sparse_wide_per_core=w, epoch_fixed_s=0.01 * (k + 1),
+                                 epoch_fixed_ranks=4), files[-1])
+    r = run_cli("profile-machine", "--median-of", *files, "--out", str(tmp_path / "m.json"))
+    assert r.returncode == 0, r.stderr
+    m = load(str(tmp_path / "m.json"))
+    assert (m.name, m.sparse_per_core, m.epoch_fixed_s, m.epoch_fixed_ranks) == ("median of 3 profiles", 2e9, 0.02, 4)
+    assert m.sparse_wide_per_core == pytest.approx(2.4e9) and m.dense_per_core == DEFAULT.dense_per_core
+    save(dataclasses.replace(DEFAULT, cores_per_host=0.45), str(tmp_path / "other.json"))
+    (tmp_path / "lie.json").write_text('{"name": "x"}')
+    for flags, needle in ((["--median-of", files[0], str(tmp_path / "other.json")], "different hosts"),
+                          (["--median-of", files[0], str(tmp_path / "lie.json")], "lacks the field"),
+                          (["--median-of", files[0], str(tmp_path / "gone.json")], "cannot be read"),
+                          (["--median-of", files[0], "--link"], "leave out --link")):
+        one_error_line(run_cli("profile-machine", *flags, "--out", str(tmp_path / "n.json")), needle)
+    assert not (tmp_path / "n.json").exists()

@@ -28,6 +28,10 @@ def add_parser(sub) -> None:
     p.add_argument("--repeat", type=int, default=5,
                    help="timings per kernel; the median is kept, the rate a kernel keeps inside a training step "
                         "(default 5)")
+    p.add_argument("--median-of", nargs="+", metavar="PROFILE", default=None,
+                   help="measure nothing: write the median of these profiles of this kind of host, taken at "
+                        "different times (each rate the median of those that measured it; a shared host's rates "
+                        "move by tens of percent from one profile to the next)")
     p.add_argument("--link", action="store_true",
                    help="measure the link among the launched ranks with all-to-alls as training sends them (run "
                         "under `mpiexec -n P` or the network lab's `run`; rank 0 writes the profile) instead of "
@@ -216,8 +220,18 @@ def check_out(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from partition.machine import save
+    from partition.machine import load, median_profile, save
 
+    if args.median_of is not None:  # a profile from profiles measured before: nothing timed
+        if args.link:
+            raise UsageError("--median-of measures nothing: leave out --link")
+        check_out(args)
+        machine = median_profile([load(f) for f in args.median_of],
+                                 args.name or f"median of {len(args.median_of)} profiles")
+        save(machine, args.out)
+        print(machine.describe())
+        print(f"wrote {args.out}")
+        return 0
     if not 1000 <= args.rows <= MAX_ROWS or not 1 <= args.repeat <= 1000:
         raise UsageError(f"--rows must be 1000 to {MAX_ROWS} and --repeat 1 to 1000, got {args.rows} and {args.repeat}")
     check_out(args)  # before minutes of measuring
