@@ -234,15 +234,16 @@ def median_profile(profiles: Sequence[Machine], name: str) -> Machine:
     profile taken once is one moment of it, and its rates move by tens of percent from one to the next
     (docs/benchmarks.md, "Three sets of profiles"). A wide rate is priced as its ratio to its narrow one
     (`Machine.width_speedup`): it is the median ratio times the median narrow rate, so that the median keeps
-    a ratio one of the profiles measured; the fixed epoch's rank count comes from the profiles that measured
-    the fixed epoch."""
+    a ratio one of the profiles measured, within the wide rates measured; the fixed epoch's rank count comes
+    from the profiles that measured the fixed epoch."""
     if not profiles:
         raise DataError("a median of machine profiles needs at least one")
-    shape = {(m.cores_per_host, m.ranks_per_host) for m in profiles}
-    rates = {m.link_rate_bytes_per_s for m in profiles} - {0.0}  # 0: the link's configured rate not known
-    if len(shape) > 1 or len(rates) > 1:
-        raise DataError(f"{name}: profiles of different hosts have no median (cores a host, ranks a host: "
-                        f"{sorted(shape)}; link rates {sorted(rates)})")
+    for what, values in (("cores a host", {m.cores_per_host for m in profiles}),
+                         ("ranks a host", {m.ranks_per_host for m in profiles}),
+                         ("link rates, bytes/s", {m.link_rate_bytes_per_s for m in profiles} - {0.0})):  # 0: not known
+        if len(values) > 1:
+            raise DataError(f"{name}: profiles of different hosts have no median ({what}: "
+                            f"{', '.join(f'{v:g}' for v in sorted(values))})")
     out: dict = {"name": name}
     for f in fields(Machine):
         if f.name == "name":
@@ -254,8 +255,10 @@ def median_profile(profiles: Sequence[Machine], name: str) -> Machine:
             values = [m.epoch_fixed_ranks for m in profiles if m.epoch_fixed_s] or [0]
         out[f.name] = statistics.median_high(values) if f.name in WHOLE else statistics.median(values)
     for wide, narrow in WIDE_OF.items():
-        ratios = [getattr(m, wide) / getattr(m, narrow) for m in profiles if getattr(m, wide) and getattr(m, narrow)]
-        out[wide] = statistics.median(ratios) * out[narrow] if ratios else 0.0
+        pairs = [(getattr(m, wide), getattr(m, narrow)) for m in profiles if getattr(m, wide) and getattr(m, narrow)]
+        if pairs:  # within the wide rates measured: a median ratio over a median narrow rate may exceed them all
+            ratio = statistics.median(w / n for w, n in pairs) * out[narrow]
+            out[wide] = min(max(ratio, min(w for w, _ in pairs)), max(w for w, _ in pairs))
     return from_dict(out, f"{name} (the median of {len(profiles)} profile{'s' * (len(profiles) > 1)})")
 
 

@@ -130,13 +130,28 @@ def test_profile_machine_writes_the_median_of_profiles(tmp_path):
     r = run_cli("profile-machine", "--median-of", *files, "--out", str(tmp_path / "m.json"))
     assert r.returncode == 0, r.stderr
     m = load(str(tmp_path / "m.json"))
-    assert (m.name, m.sparse_per_core, m.epoch_fixed_s, m.epoch_fixed_ranks) == ("median of 3 profiles", 2e9, 0.02, 4)
+    assert (m.name, m.sparse_per_core, m.epoch_fixed_s, m.epoch_fixed_ranks) == ("median of 3 profiles of default", 2e9, 0.02, 4)
     assert m.sparse_wide_per_core == pytest.approx(2.4e9) and m.dense_per_core == DEFAULT.dense_per_core
     save(dataclasses.replace(DEFAULT, cores_per_host=0.45), str(tmp_path / "other.json"))
     (tmp_path / "lie.json").write_text('{"name": "x"}')
-    for flags, needle in ((["--median-of", files[0], str(tmp_path / "other.json")], "different hosts"),
+    other = str(tmp_path / "other.json")
+    for flags, needle in ((["--median-of", files[0], other], "different hosts have no median (cores a host: 0.45, 2)"),
                           (["--median-of", files[0], str(tmp_path / "lie.json")], "lacks the field"),
                           (["--median-of", files[0], str(tmp_path / "gone.json")], "cannot be read"),
-                          (["--median-of", files[0], "--link"], "leave out --link")):
+                          (["--median-of", *files, "--link"], "leave out --link"),
+                          (["--median-of", *files, "--rows", "5000"], "leave out --rows"),
+                          (["--median-of", files[0]], "two or more distinct"),
+                          (["--median-of", files[0], files[0]], "two or more distinct")):
         one_error_line(run_cli("profile-machine", *flags, "--out", str(tmp_path / "n.json")), needle)
     assert not (tmp_path / "n.json").exists()
+    one_error_line(run_cli("profile-machine", "--median-of", *files, "--out", files[1]), "one of the profiles")
+    assert load(files[1]).sparse_per_core == 2e9  # the input left as it was
+
+
+def test_a_median_profile_keeps_its_wide_rates_within_those_measured():
+    """Two profiles both measuring 1e10 wide, 1e9 and 1e10 narrow: the median ratio (5.5) times the median
+    narrow rate (5.5e9) would be 3.0e10, above either: the wide rate stays at most what was measured."""
+    from partition.machine import median_profile
+
+    ps = [dataclasses.replace(DEFAULT, sparse_per_core=s, sparse_wide_per_core=1e10) for s in (1e9, 1e10)]
+    assert median_profile(ps, "m").sparse_wide_per_core == 1e10

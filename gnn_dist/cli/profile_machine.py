@@ -24,14 +24,15 @@ def add_parser(sub) -> None:
                                    "and write the profile `--machine FILE` reads (partition, train).")
     p.add_argument("--out", required=True, metavar="FILE", help="the JSON profile to write")
     p.add_argument("--name", default=None, help="the profile's name (default: this host's name)")
-    p.add_argument("--rows", type=int, default=200_000, help="rows of the timed operands (default 200000)")
-    p.add_argument("--repeat", type=int, default=5,
+    p.add_argument("--rows", type=int, default=None, help="rows of the timed operands (default 200000)")
+    p.add_argument("--repeat", type=int, default=None,
                    help="timings per kernel; the median is kept, the rate a kernel keeps inside a training step "
                         "(default 5)")
     p.add_argument("--median-of", nargs="+", metavar="PROFILE", default=None,
-                   help="measure nothing: write the median of these profiles of this kind of host, taken at "
-                        "different times (each rate the median of those that measured it; a shared host's rates "
-                        "move by tens of percent from one profile to the next)")
+                   help="measure nothing: write the median of two or more profiles of this kind of host taken at "
+                        "different times (each rate the median of those that measured it; a wide rate the median "
+                        "of its ratio to the narrow rate, as the model prices it, kept within the wide rates "
+                        "measured; a shared host's rates move by tens of percent from one profile to the next)")
     p.add_argument("--link", action="store_true",
                    help="measure the link among the launched ranks with all-to-alls as training sends them (run "
                         "under `mpiexec -n P` or the network lab's `run`; rank 0 writes the profile) instead of "
@@ -219,19 +220,39 @@ def check_out(args: argparse.Namespace) -> None:
         raise UsageError(f"--name must be a printable string of 1 to 100 characters, got {args.name[:40]!r}")
 
 
+def median_of_files(args: argparse.Namespace):
+    """The median of the profiles `--median-of` names (partition.machine.median_profile), its flags checked:
+    two or more distinct files, none of them `--out`, and no flag of a measurement."""
+    from pathlib import Path
+
+    from partition.machine import load, median_profile
+
+    for flag, given in (("--link", args.link), ("--rows", args.rows is not None), ("--repeat", args.repeat is not None)):
+        if given:
+            raise UsageError(f"--median-of measures nothing: leave out {flag}")
+    files = [Path(f).resolve() for f in args.median_of]
+    if len(files) < 2 or len(set(files)) < len(files):
+        raise UsageError(f"--median-of takes two or more distinct profiles, got {' '.join(args.median_of)}")
+    if Path(args.out).resolve() in files:
+        raise UsageError(f"--out {args.out} is one of the profiles --median-of reads: write the median elsewhere")
+    check_out(args)
+    found = [load(f) for f in args.median_of]
+    names = {m.name for m in found}
+    name = args.name or f"median of {len(found)} profiles" + (f" of {names.pop()}" if len(names) == 1 else "")
+    return median_profile(found, name[:100])
+
+
 def run(args: argparse.Namespace) -> int:
-    from partition.machine import load, median_profile, save
+    from partition.machine import save
 
     if args.median_of is not None:  # a profile from profiles measured before: nothing timed
-        if args.link:
-            raise UsageError("--median-of measures nothing: leave out --link")
-        check_out(args)
-        machine = median_profile([load(f) for f in args.median_of],
-                                 args.name or f"median of {len(args.median_of)} profiles")
+        machine = median_of_files(args)
         save(machine, args.out)
         print(machine.describe())
         print(f"wrote {args.out}")
         return 0
+    args.rows = 200_000 if args.rows is None else args.rows
+    args.repeat = 5 if args.repeat is None else args.repeat
     if not 1000 <= args.rows <= MAX_ROWS or not 1 <= args.repeat <= 1000:
         raise UsageError(f"--rows must be 1000 to {MAX_ROWS} and --repeat 1 to 1000, got {args.rows} and {args.repeat}")
     check_out(args)  # before minutes of measuring
