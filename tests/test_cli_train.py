@@ -311,3 +311,23 @@ def test_memory_report_counts_what_each_rank_holds(tmp_path):
         _assert_attributed(row)
     first = json.loads(log.read_text().splitlines()[0])
     assert first["halo_bytes_all_ranks"] > 0  # the report reads the exchange's counters without resetting them
+
+
+def test_output_paths_are_checked_before_training(karate1, tmp_path, capsys):
+    """Where the run writes is checked before it trains, in one line: a file in the way of a folder, a folder
+    where a file goes. A missing folder is made (--log too, as --save-model and --plot make theirs)."""
+    from gnn_dist.cli.main import main
+
+    (tmp_path / "afile").write_text("")
+    for flags, needle in ((["--save-model", str(tmp_path / "afile" / "m.pt")], "afile is a file, not a folder"),
+                          (["--plot", str(tmp_path / "afile" / "p.png")], "afile is a file, not a folder"),
+                          (["--log", str(tmp_path / "afile" / "x" / "l.jsonl")], "afile is a file, not a folder"),
+                          (["--checkpoint-dir", str(tmp_path / "afile")], "is a file: give a folder to write"),
+                          (["--save-model", str(tmp_path)], "is a folder: give a file to write")):
+        capsys.readouterr()
+        _one_line(subprocess.CompletedProcess(flags, main(["train", "--partition", str(karate1), *flags]), "",
+                                              capsys.readouterr().err), needle)
+    log = tmp_path / "new" / "dir" / "log.jsonl"
+    r = run_cli("train", "--partition", str(karate1), "--epochs", "2", "--log", str(log), "--progress", "none")
+    assert r.returncode == 0, r.stderr
+    assert len(log.read_text().splitlines()) >= 2

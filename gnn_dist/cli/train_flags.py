@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from gnn_dist import progress
 from gnn_dist.cli import cost_report
@@ -95,3 +97,26 @@ def add_dynamic_flags(p: argparse.ArgumentParser) -> None:
                         "and agree it with the peers (default incremental)")
     p.add_argument("--no-plan-cache", action="store_true",
                    help="dynamic graphs: re-derive snapshot plans every pass instead of keeping them all in memory")
+
+
+def check_output_paths(a: argparse.Namespace) -> None:
+    """Where the run writes (--save-model, --plot, --log: files; --checkpoint-dir: a folder), checked before it
+    trains, in one line: a file in the way of its folder, a folder where a file goes, a folder not writable.
+    Why: found when first written, a trained model was lost at the end of the run. A missing folder is made
+    when written."""
+    from partition.errors import UsageError
+
+    for flag, value, folder in (("--save-model", a.save_model, False), ("--plot", a.plot, False),
+                                ("--log", a.log, False), ("--checkpoint-dir", a.checkpoint_dir, True)):
+        if not value:
+            continue
+        path = Path(value)
+        if path.exists() and path.is_dir() != folder:
+            raise UsageError(f"{flag} {value} is a {'file' if folder else 'folder'}: give a "
+                             f"{'folder' if folder else 'file'} to write")
+        where = path if folder else path.parent
+        found = next(q for q in (where, *where.parents) if q.exists() or q == Path(q.anchor or "."))
+        if not found.is_dir():
+            raise UsageError(f"{flag} {value}: {found} is a file, not a folder")
+        if not os.access(found, os.W_OK):
+            raise UsageError(f"{flag} {value}: the folder {found} is not writable")

@@ -71,6 +71,8 @@ class Loop:
         self.history: list[dict] = []  # per-epoch records (without per-channel details), for curves
         self.tensorboard = None  # a gnn_dist.train.tblog.TensorBoardLog on rank 0, if asked for
         self.log_path = Path(log_path) if log_path and ctx.is_main else None
+        if self.log_path is not None:  # a missing folder is made, as for --save-model and --plot
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.ckpt = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir else None
         self.model_spec = model_spec  # the flags that built the model (gnn_dist.cli.model_file.spec), in checkpoints
         self.checkpoint_every, self.eval_every = checkpoint_every, eval_every
