@@ -233,9 +233,9 @@ def median_profile(profiles: Sequence[Machine], name: str) -> Machine:
     measured (a field 0 in one profile, not measured there, is left out of its median). Why: on a shared box a
     profile taken once is one moment of it, and its rates move by tens of percent from one to the next
     (docs/benchmarks.md, "Three sets of profiles"). A wide rate is priced as its ratio to its narrow one
-    (`Machine.width_speedup`): it is the median ratio times the median narrow rate, so that the median keeps
-    a ratio one of the profiles measured, within the wide rates measured; the fixed epoch's rank count comes
-    from the profiles that measured the fixed epoch."""
+    (`Machine.width_speedup`): it is the median ratio times the median narrow rate, kept within the wide rates
+    measured and then within the ratios measured; fixed epochs measured among different rank counts are
+    refused (their costs differ by the count)."""
     if not profiles:
         raise DataError("a median of machine profiles needs at least one")
     for what, values in (("cores a host", {m.cores_per_host for m in profiles}),
@@ -251,14 +251,20 @@ def median_profile(profiles: Sequence[Machine], name: str) -> Machine:
         values = [getattr(m, f.name) for m in profiles]
         if f.name in UNMEASURED_ZERO:
             values = [v for v in values if v] or [0.0]
-        if f.name == "epoch_fixed_ranks":
-            values = [m.epoch_fixed_ranks for m in profiles if m.epoch_fixed_s] or [0]
+        if f.name == "epoch_fixed_ranks":  # among how many ranks the fixed epochs kept were measured: one count
+            values = sorted({m.epoch_fixed_ranks for m in profiles if m.epoch_fixed_s and m.epoch_fixed_ranks}) or [0]
+            if len(values) > 1:
+                raise DataError(f"{name}: fixed epochs measured among different rank counts have no median "
+                                f"({', '.join(map(str, values))} ranks)")
         out[f.name] = statistics.median_high(values) if f.name in WHOLE else statistics.median(values)
     for wide, narrow in WIDE_OF.items():
         pairs = [(getattr(m, wide), getattr(m, narrow)) for m in profiles if getattr(m, wide) and getattr(m, narrow)]
-        if pairs:  # within the wide rates measured: a median ratio over a median narrow rate may exceed them all
-            ratio = statistics.median(w / n for w, n in pairs) * out[narrow]
-            out[wide] = min(max(ratio, min(w for w, _ in pairs)), max(w for w, _ in pairs))
+        if pairs:  # within the wide rates measured (the median ratio times the median narrow rate may pass them
+            # all), then within the ratios measured (a narrow median from profiles without a wide rate may sit
+            # above every wide one): the ratio, what the model prices, wins
+            ratios = [w / n for w, n in pairs]
+            rate = min(max(statistics.median(ratios) * out[narrow], min(w for w, _ in pairs)), max(w for w, _ in pairs))
+            out[wide] = min(max(rate, min(ratios) * out[narrow]), max(ratios) * out[narrow])
     return from_dict(out, f"{name} (the median of {len(profiles)} profile{'s' * (len(profiles) > 1)})")
 
 

@@ -22,8 +22,11 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if TYPE_CHECKING:
+    import numpy as np
 
 LADDER_BYTES = (32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20, 16 << 20, 32 << 20)  # this box: L1 32K, L2 512K, L3 32M
 MEMORY_BYTES = 128 << 20  # the last rung: reads from memory
@@ -73,8 +76,9 @@ def main() -> None:
         print(line + (ladder_line(hits, sizes, a.width, rng) if a.ladder else ""), flush=True)
 
 
-def at_least(low: int, high: int):
-    """An argparse type: a whole number from `low` to `high`, else one line naming the range."""
+def at_least(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`, else one line naming the range (a width of 0
+    divided by zero, a negative one reached torch as a traceback)."""
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -86,7 +90,7 @@ def at_least(low: int, high: int):
     return parse
 
 
-def rate(rows, cols, shape: tuple, width: int) -> float:
+def rate(rows: np.ndarray, cols: np.ndarray, shape: tuple, width: int) -> float:
     """G edge-columns per CPU second of the product reading `cols` for `rows` (each row's columns sorted, as
     the operator is kept), `width` wide: the median of 5 after one warm-up."""
     import numpy as np
@@ -109,7 +113,7 @@ def rate(rows, cols, shape: tuple, width: int) -> float:
     return cols.size * width / max(sorted(times)[2], 1e-9) / 1e9
 
 
-def ladder_line(hits: list, sizes: list, width: int, rng) -> str:
+def ladder_line(hits: list, sizes: list, width: int, rng: np.random.Generator) -> str:
     """The ladder timed now (uniformly random reads among each rung's rows, 10 a row, and among MEMORY_BYTES),
     and the part's rate it predicts: each band of the part's reads (`hits`: the share within each rung) at
     its rung's rate, the rest at memory's."""

@@ -1,6 +1,7 @@
 """`gnn-dist train`: one clear line and exit 2 for each bad launch or argument."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -327,7 +328,14 @@ def test_output_paths_are_checked_before_training(karate1, tmp_path, capsys):
         capsys.readouterr()
         _one_line(subprocess.CompletedProcess(flags, main(["train", "--partition", str(karate1), *flags]), "",
                                               capsys.readouterr().err), needle)
-    log = tmp_path / "new" / "dir" / "log.jsonl"
-    r = run_cli("train", "--partition", str(karate1), "--epochs", "2", "--log", str(log), "--progress", "none")
+    (tmp_path / "nothing").symlink_to(tmp_path / "gone")
+    for flags, needle in ((["--save-model", str(tmp_path / "nothing" / "m.pt")], "is a link to nothing"),):
+        capsys.readouterr()
+        _one_line(subprocess.CompletedProcess(flags, main(["train", "--partition", str(karate1), *flags]), "",
+                                              capsys.readouterr().err), needle)
+    log, plot = tmp_path / "new" / "dir" / "log.jsonl", tmp_path / "new" / "plots" / "p.png"
+    r = run_cli("train", "--partition", str(karate1), "--epochs", "2", "--log", str(log), "--progress", "none",
+                *(["--plot", str(plot)] if importlib.util.find_spec("matplotlib") else []))
     assert r.returncode == 0, r.stderr
     assert len(log.read_text().splitlines()) >= 2
+    assert plot.is_file() or not importlib.util.find_spec("matplotlib")

@@ -167,14 +167,17 @@ def test_the_wire_cpu_is_the_payloads_cpu_over_the_bytes_in_and_out():
 def test_a_median_of_profiles_takes_each_field_over_those_that_measured_it():
     a = dataclasses.replace(CACHED, sparse_per_core=1e9, sparse_hot_per_core=0.0, epoch_fixed_s=0.5, epoch_fixed_ranks=2)
     b = dataclasses.replace(CACHED, sparse_per_core=3e9, sparse_hot_per_core=5e9, epoch_fixed_s=0.7, epoch_fixed_ranks=2)
-    c = dataclasses.replace(CACHED, sparse_per_core=2e9, sparse_hot_per_core=6e9, epoch_fixed_s=0.6, epoch_fixed_ranks=4)
+    c = dataclasses.replace(CACHED, sparse_per_core=2e9, sparse_hot_per_core=6e9, epoch_fixed_s=0.6, epoch_fixed_ranks=2)
     m = median_profile([a, b, c], "m")
     assert (m.name, m.sparse_per_core, m.dense_per_core, m.epoch_fixed_s) == ("m", 2e9, CACHED.dense_per_core, 0.6)
     assert m.sparse_hot_per_core == 5.5e9  # a's 0 was not measured: the median of b's and c's
-    assert m.epoch_fixed_ranks == 2 and median_profile([a, c], "m").epoch_fixed_ranks == 4  # whole: the upper middle
-    # the rank count of a profile that measured no fixed epoch is not counted
+    assert m.epoch_fixed_ranks == 2
+    # a profile that measured no fixed epoch, or did not record among how many ranks, does not count
     unmeasured = dataclasses.replace(a, epoch_fixed_s=0.0, epoch_fixed_ranks=0)
-    assert median_profile([unmeasured, unmeasured, c], "m").epoch_fixed_ranks == 4
+    unrecorded = dataclasses.replace(a, epoch_fixed_ranks=0)
+    assert median_profile([unmeasured, unrecorded, c], "m").epoch_fixed_ranks == 2
+    with pytest.raises(DataError, match=r"m: fixed epochs measured among different rank counts .*\(2, 8 ranks\)"):
+        median_profile([a, dataclasses.replace(c, epoch_fixed_ranks=8)], "m")  # 2 ranks' cost is not 8 ranks'
     assert median_profile([a], "m") == dataclasses.replace(a, name="m")
     with pytest.raises(DataError, match="different hosts"):
         median_profile([a, dataclasses.replace(a, cores_per_host=0.45)], "m")
@@ -182,7 +185,7 @@ def test_a_median_of_profiles_takes_each_field_over_those_that_measured_it():
         median_profile([], "m")
 
 
-def test_a_median_profile_keeps_a_width_ratio_one_profile_measured():
+def test_a_median_profile_keeps_the_width_ratio_the_profiles_measured():
     """A wide rate is priced as its ratio to the narrow one: the median's ratio is the median ratio (1.2),
     not the ratio of the two medians (3.6e9 / 2e9 = 1.8, which no profile measured)."""
     ps = [dataclasses.replace(CACHED, sparse_per_core=s, sparse_wide_per_core=w)
@@ -192,3 +195,7 @@ def test_a_median_profile_keeps_a_width_ratio_one_profile_measured():
     assert m.width_speedup("sparse", 128) == pytest.approx(1.2)
     older = dataclasses.replace(CACHED, sparse_per_core=3e9)  # measured no wide rate: its ratio is left out
     assert median_profile(ps[:2] + [older], "m").sparse_wide_per_core == pytest.approx(1.2 * 2e9)
+    # one ratio measured (1.5) against a narrow median of profiles without one (3e9): the wide rate follows the
+    # ratio (4.5e9), not the one wide rate measured (1.5e9, a slowdown of 0.5 that nothing measured)
+    one = [dataclasses.replace(CACHED, sparse_per_core=1e9, sparse_wide_per_core=1.5e9)] + [older] * 2
+    assert median_profile(one, "m").width_speedup("sparse", 128) == pytest.approx(1.5)

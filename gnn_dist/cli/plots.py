@@ -25,6 +25,7 @@ def _pyplot():
 
 def _save(fig, out: Path) -> Path:
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is made, as for --save-model
     tmp = out.with_name(out.name + ".tmp.png")
     fig.tight_layout()
     fig.savefig(tmp, dpi=110)

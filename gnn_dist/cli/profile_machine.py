@@ -13,9 +13,13 @@ import os
 import socket
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from gnn_dist.cli.core_rates import compute_rates, median_of, per_core
 from partition.errors import UsageError
+
+if TYPE_CHECKING:
+    from partition.machine import Machine
 
 
 def add_parser(sub) -> None:
@@ -220,9 +224,10 @@ def check_out(args: argparse.Namespace) -> None:
         raise UsageError(f"--name must be a printable string of 1 to 100 characters, got {args.name[:40]!r}")
 
 
-def median_of_files(args: argparse.Namespace):
+def median_of_files(args: argparse.Namespace) -> "Machine":
     """The median of the profiles `--median-of` names (partition.machine.median_profile), its flags checked:
-    two or more distinct files, none of them `--out`, and no flag of a measurement."""
+    two or more distinct files, none of them `--out` (the inputs are kept), and no flag of a measurement
+    (nothing is timed, so a --rows or --repeat given would be silently ignored)."""
     from pathlib import Path
 
     from partition.machine import load, median_profile

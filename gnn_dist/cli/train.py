@@ -7,8 +7,8 @@ import sys
 from gnn_dist import progress
 from gnn_dist.cli import cost_report, model_file
 from gnn_dist.cli.exchange_flags import auto_exchange, exchange_config, say_single_rank, stale_flags
-from gnn_dist.cli.train_flags import add_train_flags, check_output_paths
-from partition.errors import GnnDistError, MissingExtraError, UsageError
+from gnn_dist.cli.train_flags import add_train_flags, check_outputs
+from partition.errors import GnnDistError, UsageError
 
 
 def add_parser(sub) -> None:
@@ -81,12 +81,7 @@ def check_args(a: argparse.Namespace) -> None:
     for ok, msg in rules:
         if not ok:
             raise UsageError(msg)
-    check_output_paths(a)  # every rank, before it trains (each is written on rank 0)
-    if a.tensorboard:  # every rank finds out before any collective, not rank 0 alone mid-run
-        import importlib.util
-
-        if importlib.util.find_spec("tensorboard") is None:
-            raise MissingExtraError("--tensorboard", "tensorboard", "tensorboard")
+    check_outputs(a)  # every rank, before any collective: not rank 0 alone, mid-run
     exchange_config(a)  # bad values first, then flags that would mean nothing here
     user, auto = is_user_model(a.model), a.exchange == "auto"
     for ok, msg in [

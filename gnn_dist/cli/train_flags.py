@@ -99,13 +99,19 @@ def add_dynamic_flags(p: argparse.ArgumentParser) -> None:
                    help="dynamic graphs: re-derive snapshot plans every pass instead of keeping them all in memory")
 
 
-def check_output_paths(a: argparse.Namespace) -> None:
-    """Where the run writes (--save-model, --plot, --log: files; --checkpoint-dir: a folder), checked before it
-    trains, in one line: a file in the way of its folder, a folder where a file goes, a folder not writable.
-    Why: found when first written, a trained model was lost at the end of the run. A missing folder is made
-    when written."""
-    from partition.errors import UsageError
+def check_outputs(a: argparse.Namespace) -> None:
+    """Where the run writes (--save-model, --plot, --log: files; --checkpoint-dir: a folder; --tensorboard's
+    package), checked on every rank before it trains, in one line: a file in the way of its folder, a link to
+    nothing, a folder where a file goes, a file or an existing folder not writable. Why: found when first
+    written, a trained model was lost at the end of the run. A missing folder is made when written, so a rank
+    on another host, without the folder, checks nothing it would not make."""
+    from partition.errors import MissingExtraError, UsageError
 
+    if a.tensorboard:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise MissingExtraError("--tensorboard", "tensorboard", "tensorboard")
     for flag, value, folder in (("--save-model", a.save_model, False), ("--plot", a.plot, False),
                                 ("--log", a.log, False), ("--checkpoint-dir", a.checkpoint_dir, True)):
         if not value:
@@ -114,9 +120,15 @@ def check_output_paths(a: argparse.Namespace) -> None:
         if path.exists() and path.is_dir() != folder:
             raise UsageError(f"{flag} {value} is a {'file' if folder else 'folder'}: give a "
                              f"{'folder' if folder else 'file'} to write")
+        if path.exists() and not folder and not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {value} cannot be written (a read-only file)")
         where = path if folder else path.parent
-        found = next(q for q in (where, *where.parents) if q.exists() or q == Path(q.anchor or "."))
-        if not found.is_dir():
-            raise UsageError(f"{flag} {value}: {found} is a file, not a folder")
-        if not os.access(found, os.W_OK):
-            raise UsageError(f"{flag} {value}: the folder {found} is not writable")
+        for q in (where, *where.parents):
+            if q.is_symlink() and not q.exists():
+                raise UsageError(f"{flag} {value}: {q} is a link to nothing")
+            if q.exists():
+                if not q.is_dir():
+                    raise UsageError(f"{flag} {value}: {q} is a file, not a folder")
+                if q == where and not os.access(q, os.W_OK | os.X_OK):
+                    raise UsageError(f"{flag} {value}: the folder {q} is not writable")
+                break
